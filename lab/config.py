@@ -1,0 +1,354 @@
+"""Typed view of ``params.yaml``: the lab's single source of truth.
+
+Everything that starts a server, a benchmark or a figure reads its settings through
+:func:`load_params`, which validates the whole file with pydantic before anything runs.
+An unknown key, a wrong type or an impossible combination raises :class:`ParamsError`
+whose message names the key (``modes.eagle3_prefill.num_draft_tokens``) and the fix.
+
+The speculative rules mirror SGLang 0.5.23 (``sglang/srt/arg_groups/fields/spec.py`` and
+its speculative resolution hook): with ``--speculative-eagle-topk 1`` SGLang rewrites
+``--speculative-num-draft-tokens`` to ``num_steps + 1``, and in general it needs
+``num_steps * topk + 1 >= num_draft_tokens``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = [
+    "ParamsError",
+    "LabParams",
+    "ModeParams",
+    "load_params",
+    "repo_root",
+    "find_repo_root",
+]
+
+
+class ParamsError(ValueError):
+    """``params.yaml`` (or a parameter injected into a notebook) is invalid.
+
+    The message lists every problem as ``<key>: <problem>. Fix: <what to do>``.
+    """
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelParams(_Strict):
+    """Target and draft model.
+
+    ``path`` and ``draft_path`` are local directories or Hugging Face repo ids (SGLang
+    ``--model-path`` / ``--speculative-draft-model-path``). The emulator never loads them.
+    """
+
+    path: str = "moonshotai/Kimi-K2.5"
+    draft_path: str | None = "lightseekorg/kimi-k2.5-eagle3-mla"
+    tp_size: int = Field(8, ge=1)
+    trust_remote_code: bool = True
+
+
+class ServerParams(_Strict):
+    """Server launch settings shared by every mode (SGLang flags in DESIGN.md).
+
+    ``max_running_requests`` and ``cuda_graph_max_bs_decode`` are applied identically to
+    every mode: SGLang caps speculative servers at 48 running requests when unset, and the
+    baseline has no cap, so leaving them unset compares different schedulers.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = Field(30000, ge=1024, le=65535)
+    mem_fraction_static: float | None = Field(0.85, gt=0.0, lt=1.0)
+    max_running_requests: int = Field(48, ge=1)
+    cuda_graph_max_bs_decode: int = Field(48, ge=1)
+    decode_log_interval: int = Field(40, ge=1)
+    context_length: int | None = Field(None, ge=1)
+    startup_timeout_s: float = Field(1800.0, gt=0)
+    extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class EmulatorParams(_Strict):
+    """Emulator settings (ignored with ``engine: sglang``).
+
+    ``profile`` is the name of a bundled cost profile (``lab/emulator/profiles/<name>.json``)
+    or a path to a profile file.
+    """
+
+    profile: str = "kimi_k25_tp8_pcie"
+    startup_delay_s: float = Field(0.5, ge=0)
+
+
+_MODE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class ModeParams(_Strict):
+    """One server configuration to compare (one server launch).
+
+    ``algorithm`` null is plain decoding. With ``EAGLE3``, ``num_steps``, ``eagle_topk`` and
+    ``num_draft_tokens`` map to ``--speculative-num-steps`` / ``-eagle-topk`` /
+    ``-num-draft-tokens`` and ``attention_mode`` to ``--speculative-attention-mode``.
+    """
+
+    algorithm: Literal["EAGLE3"] | None = None
+    draft_path: str | None = None
+    num_steps: int | None = Field(None, ge=1)
+    eagle_topk: int | None = Field(None, ge=1)
+    num_draft_tokens: int | None = Field(None, ge=2)
+    attention_mode: Literal["prefill", "decode"] | None = None
+    draft_attention_backend: str | None = None
+    prefill_attention_backend: str | None = None
+    decode_attention_backend: str | None = None
+    simulate_accept_length: float | None = Field(None, ge=1.0)
+    extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _speculative_rules(self) -> "ModeParams":
+        spec_fields = ("num_steps", "eagle_topk", "num_draft_tokens", "attention_mode")
+        if self.algorithm is None:
+            set_ = [f for f in spec_fields if getattr(self, f) is not None]
+            if set_:
+                raise ValueError(
+                    f"{', '.join(set_)} set without algorithm. Fix: set algorithm: EAGLE3, "
+                    "or remove the speculative keys from this plain-decoding mode"
+                )
+            if self.simulate_accept_length is not None:
+                raise ValueError(
+                    "simulate_accept_length needs a speculative mode. Fix: remove it or set algorithm: EAGLE3"
+                )
+            return self
+        missing = [f for f in ("num_steps", "eagle_topk", "num_draft_tokens") if getattr(self, f) is None]
+        if missing:
+            raise ValueError(
+                f"{', '.join(missing)} missing for algorithm {self.algorithm}. Fix: set them, "
+                "e.g. num_steps: 2, eagle_topk: 1, num_draft_tokens: 3 (the seeds' configuration)"
+            )
+        assert self.num_steps and self.eagle_topk and self.num_draft_tokens
+        if self.eagle_topk == 1 and self.num_draft_tokens != self.num_steps + 1:
+            raise ValueError(
+                f"num_draft_tokens={self.num_draft_tokens} with eagle_topk=1 and num_steps="
+                f"{self.num_steps}: a chain draft verifies exactly num_steps + 1 tokens, and "
+                "SGLang silently rewrites num_draft_tokens to that, so the run would not be what "
+                f"params.yaml says. Fix: set num_draft_tokens: {self.num_steps + 1}"
+            )
+        if self.num_steps * self.eagle_topk + 1 < self.num_draft_tokens:
+            raise ValueError(
+                f"num_draft_tokens={self.num_draft_tokens} exceeds num_steps*eagle_topk+1="
+                f"{self.num_steps * self.eagle_topk + 1} (SGLang's rule). Fix: lower "
+                "num_draft_tokens or raise num_steps/eagle_topk"
+            )
+        if self.simulate_accept_length is not None and self.simulate_accept_length > self.num_draft_tokens:
+            raise ValueError(
+                f"simulate_accept_length={self.simulate_accept_length} exceeds num_draft_tokens="
+                f"{self.num_draft_tokens}. Fix: use a value in 1..num_draft_tokens"
+            )
+        return self
+
+    @property
+    def is_speculative(self) -> bool:
+        """True for EAGLE-3 modes (a draft + verify cycle per iteration)."""
+        return self.algorithm is not None
+
+
+class BenchParams(_Strict):
+    """Client-side workload, swept inside one server launch.
+
+    Each (concurrency level, repeat) sends ``num_prompts`` requests with at most
+    ``concurrency`` in flight, after ``warmup_requests`` unmeasured ones.
+    """
+
+    dataset: str = "data/prompts.jsonl"
+    num_prompts: int = Field(8, ge=1)
+    max_new_tokens: int = Field(64, ge=2)
+    concurrency: list[int] = Field(default_factory=lambda: [1, 8])
+    warmup_requests: int = Field(2, ge=0)
+    repeats: int = Field(3, ge=1)
+    temperature: float = Field(0.0, ge=0.0)
+    seed: int = 0
+    request_timeout_s: float = Field(600.0, gt=0)
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive_levels(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("empty list. Fix: give at least one level, e.g. [1, 8]")
+        bad = [c for c in v if c < 1]
+        if bad:
+            raise ValueError(f"levels {bad} are not positive. Fix: use integers >= 1, e.g. [1, 8]")
+        if len(set(v)) != len(v):
+            raise ValueError(f"duplicate levels in {v}. Fix: list each level once")
+        return v
+
+
+class MlflowParams(_Strict):
+    """MLflow tracking.
+
+    ``tracking_uri`` may be a relative ``sqlite:///file.db``: it is resolved against the
+    *main* repository root (also from inside a DVC experiment's temporary copy under
+    ``.dvc/tmp/exps/``) so that every run writes to the same database.
+    """
+
+    tracking_uri: str = "sqlite:///mlflow.db"
+    experiment: str = "eagle-verify-lab"
+
+    def resolved_tracking_uri(self, root: Path | None = None) -> str:
+        """The tracking URI with a relative SQLite path made absolute.
+
+        Returns e.g. ``sqlite:////abs/path/mlflow.db``; other URIs are returned unchanged.
+        """
+        prefix = "sqlite:///"
+        uri = self.tracking_uri
+        if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
+            base = main_repo_root(root or repo_root())
+            return prefix + str((base / uri[len(prefix):]).resolve())
+        return uri
+
+
+class PhysicsParams(_Strict):
+    """GPU stage: a per-GPU shard of the served model's layer stack (PyTorch only).
+
+    Defaults are Kimi-K2.5 (DeepSeek-V3 shape) under TP 8: hidden 7168, 61 layers,
+    64 attention heads x 128 / 8 = 8 heads per GPU, and the active experts' MLP width per
+    GPU (8 routed + 1 shared expert x 2048 / 8 = 2304). Source: the model's config.json.
+    """
+
+    hidden_size: int = Field(7168, ge=64)
+    num_layers: int = Field(61, ge=1)
+    heads_per_gpu: int = Field(8, ge=1)
+    head_dim: int = Field(128, ge=16)
+    mlp_intermediate_per_gpu: int = Field(2304, ge=16)
+    kv_context: int = Field(2048, ge=1)
+    tokens: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 7, 8])
+    tp: int = Field(1, ge=1)
+    warmup_iters: int = Field(10, ge=1)
+    timed_iters: int = Field(50, ge=5)
+    dtype: Literal["bfloat16", "float16"] = "bfloat16"
+    verify_tokens: int = Field(3, ge=2)
+
+
+class LabParams(_Strict):
+    """The whole ``params.yaml``."""
+
+    engine: Literal["emulator", "sglang"] = "emulator"
+    model: ModelParams = Field(default_factory=ModelParams)
+    server: ServerParams = Field(default_factory=ServerParams)
+    emulator: EmulatorParams = Field(default_factory=EmulatorParams)
+    modes: dict[str, ModeParams]
+    bench: BenchParams = Field(default_factory=BenchParams)
+    mlflow: MlflowParams = Field(default_factory=MlflowParams)
+    physics: PhysicsParams = Field(default_factory=PhysicsParams)
+
+    @field_validator("modes")
+    @classmethod
+    def _mode_names(cls, v: dict[str, ModeParams]) -> dict[str, ModeParams]:
+        if not v:
+            raise ValueError("no modes. Fix: define at least `baseline: {algorithm: null}`")
+        for name in v:
+            if not _MODE_NAME.match(name) or name in ("figures", "physics"):
+                raise ValueError(
+                    f"mode name {name!r} is not usable as a stage and results folder name. "
+                    "Fix: use lowercase letters, digits and underscores, starting with a letter "
+                    "(not 'figures' or 'physics')"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "LabParams":
+        for name, mode in self.modes.items():
+            if mode.is_speculative and not (mode.draft_path or self.model.draft_path):
+                raise ValueError(
+                    f"modes.{name}: EAGLE-3 needs a draft model. Fix: set model.draft_path "
+                    "(e.g. lightseekorg/kimi-k2.5-eagle3-mla) or modes."
+                    f"{name}.draft_path"
+                )
+        return self
+
+    def mode(self, name: str) -> ModeParams:
+        """The mode called ``name``; raises :class:`ParamsError` naming the known modes."""
+        try:
+            return self.modes[name]
+        except KeyError:
+            raise ParamsError(
+                f"modes.{name}: no such mode. Fix: use one of {sorted(self.modes)} or add it to params.yaml"
+            ) from None
+
+    @property
+    def baseline_mode(self) -> str | None:
+        """Name of the first plain-decoding mode (the reference for speedups), if any."""
+        return next((n for n, m in self.modes.items() if not m.is_speculative), None)
+
+
+def _format_validation_error(err: ValidationError, source: str) -> str:
+    lines = [f"{source} is invalid:"]
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key. Fix: remove it or check its spelling against README's params table"
+        elif e["type"] == "missing":
+            msg = "required key missing. Fix: add it (see README's params table)"
+        elif "Fix:" not in msg:
+            msg += f" (got {e.get('input')!r}). Fix: give a value of the right type"
+        lines.append(f"  {key}: {msg}")
+    return "\n".join(lines)
+
+
+def load_params(path: str | os.PathLike[str] | None = None, *, overrides: dict[str, Any] | None = None) -> LabParams:
+    """Load and validate ``params.yaml``.
+
+    :param path: the file; default ``<repo root>/params.yaml``.
+    :param overrides: top-level sections or ``{"modes": {name: {...}}}`` slices to merge
+        over the file (how a papermill-injected mode slice reaches the model).
+    :returns: the validated :class:`LabParams`.
+    :raises ParamsError: file missing, not YAML, or any key invalid (message names each
+        key and its fix).
+    """
+    p = Path(path) if path is not None else repo_root() / "params.yaml"
+    if not p.is_file():
+        raise ParamsError(f"{p}: params file not found. Fix: run from the repository root or pass its path")
+    try:
+        raw = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{p}: not valid YAML ({exc}). Fix: correct the syntax at the line shown") from exc
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{p}: top level must be a mapping of sections. Fix: see README's params table")
+    for key, value in (overrides or {}).items():
+        if key == "modes" and isinstance(value, dict):
+            raw.setdefault("modes", {}).update(value)
+        else:
+            raw[key] = value
+    try:
+        return LabParams.model_validate(raw)
+    except ValidationError as exc:
+        raise ParamsError(_format_validation_error(exc, str(p))) from None
+
+
+def find_repo_root(start: Path | None = None) -> Path | None:
+    """The nearest directory at or above ``start`` holding ``params.yaml`` and ``dvc.yaml``."""
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "params.yaml").is_file() and (d / "dvc.yaml").is_file():
+            return d
+    return None
+
+
+def repo_root() -> Path:
+    """The lab's repository root (see :func:`find_repo_root`), from the cwd or this file."""
+    return find_repo_root() or find_repo_root(Path(__file__).parent) or Path.cwd()
+
+
+def main_repo_root(root: Path) -> Path:
+    """The main checkout for a DVC experiment temp copy (``<main>/.dvc/tmp/exps/...``)."""
+    parts = root.resolve().parts
+    for i in range(len(parts) - 3):
+        if parts[i : i + 3] == (".dvc", "tmp", "exps"):
+            return Path(*parts[:i])
+    return root

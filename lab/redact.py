@@ -1,0 +1,61 @@
+"""Secret redaction for everything the lab logs, records or uploads.
+
+Any environment variable whose name contains TOKEN, KEY, SECRET or PASSWORD (``HF_TOKEN``,
+``WANDB_API_KEY``...) is replaced by ``***`` before it reaches a log line, an MLflow param,
+an environment capture or an artifact. Argv values that follow a flag with such a word
+(``--api-key X``) are redacted too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+__all__ = ["is_secret_name", "redact_env", "redact_argv", "redact_text", "REDACTED"]
+
+REDACTED = "***"
+_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
+# Flags are matched on their last word only: --api-key, --hf-token, but not
+# --speculative-num-draft-tokens.
+_SECRET_FLAG = re.compile(r"[-_](token|key|secret|password)$", re.IGNORECASE)
+
+
+def is_secret_name(name: str) -> bool:
+    """True if a variable or flag name looks like it holds a secret."""
+    return bool(_SECRET.search(name))
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy of ``env`` with secret-named values replaced by ``***``."""
+    return {k: (REDACTED if is_secret_name(k) else v) for k, v in env.items()}
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A copy of ``argv`` with the value of a secret flag (``--api-key X``, ``--hf-token=X``) hidden."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if arg.startswith("-") and _SECRET_FLAG.search(arg.split("=", 1)[0]):
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=" + REDACTED)
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(arg)
+    return out
+
+
+def redact_text(text: str, env: Mapping[str, str]) -> str:
+    """``text`` with the values of secret-named variables of ``env`` replaced by ``***``.
+
+    Values shorter than 4 characters are left alone (they would redact common words).
+    """
+    for k, v in env.items():
+        if is_secret_name(k) and v and len(v) >= 4:
+            text = text.replace(v, REDACTED)
+    return text
