@@ -1,0 +1,190 @@
+"""Tests for lab.client against a tiny fake SGLang streaming server (tests/fixtures/fake_sglang.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from lab.client import NOT_SENT_PREFIX, fetch_json, fetch_text, run_requests, run_requests_sync
+
+FX = Path(__file__).parent / "fixtures"
+_spec = importlib.util.spec_from_file_location("fake_sglang", FX / "fake_sglang.py")
+fake_sglang = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fake_sglang)
+
+
+def script(tokens, delays=None, **kw) -> str:
+    return json.dumps({"tokens": tokens, "delays": delays or [0.0] * len(tokens), **kw})
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _with_server(coro_fn):
+    runner = web.AppRunner(fake_sglang.make_app())
+    await runner.setup()
+    port = _free_port()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    try:
+        return await coro_fn(f"http://127.0.0.1:{port}")
+    finally:
+        await runner.cleanup()
+
+
+def run(texts, **kw):
+    kw.setdefault("concurrency", 1)
+    kw.setdefault("max_new_tokens", 16)
+    kw.setdefault("temperature", 0.0)
+    kw.setdefault("timeout_s", 10.0)
+    kw.setdefault("rid_prefix", "t")
+    return asyncio.run(_with_server(lambda url: run_requests(url, texts, **kw)))
+
+
+@pytest.fixture
+def subprocess_server():
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(FX / "fake_sglang.py"), str(port)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "READY"
+    yield proc, f"http://127.0.0.1:{port}"
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=5)
+    proc.stdout.close()
+
+
+def test_chunks_tokens_and_timings():
+    texts = [(3, script([1, 3, 0, 2], [0.05, 0.02, 0.02, 0.02], spec_verify_ct=2))]
+    [r] = run(texts, mode="eagle3", repeat=2, concurrency=1, rid_prefix="eagle3-c1-r2")
+    assert r["ok"] and r["error"] is None
+    assert (r["rid"], r["mode"], r["repeat"], r["concurrency"], r["prompt_index"]) == ("eagle3-c1-r2-0", "eagle3", 2, 1, 3)
+    assert [n for _, n in r["chunks"]] == [1, 3, 2]  # the 0-token chunk is not a content chunk
+    assert r["completion_tokens"] == 6 and r["prompt_tokens"] == 7
+    assert r["meta_info"]["spec_verify_ct"] == 2 and r["meta_info"]["finish_reason"]["type"] == "length"
+    t = [c[0] for c in r["chunks"]]
+    assert r["t_dispatch"] <= r["t_send"] < t[0] <= t[1] <= t[2] <= r["t_end"]
+    assert 0.045 <= t[0] - r["t_send"] < 0.3  # TTFT ~ 50 ms
+    assert 0.035 <= t[2] - t[1] < 0.3  # gap spans the empty chunk: ~40 ms
+    assert r["output_text"].split() == ["beta", "gamma", "delta", "epsilon", "alpha", "beta"]
+    assert set(r) == {"rid", "mode", "concurrency", "repeat", "prompt_index", "t_dispatch", "t_send", "t_end",
+                      "chunks", "completion_tokens", "prompt_tokens", "meta_info", "ok", "error", "output_text"}
+
+
+def test_closed_loop_concurrency_and_dispatch():
+    texts = [(i, script([1, 1, 1], [0.03, 0.03, 0.03])) for i in range(6)]
+    recs = run(texts, concurrency=2)
+    assert all(r["ok"] for r in recs)
+    events = sorted([(r["t_send"], 1) for r in recs] + [(r["t_end"], -1) for r in recs])
+    inflight = peak = 0
+    for _, d in events:
+        inflight += d
+        peak = max(peak, inflight)
+    assert peak == 2
+    ends = {r["t_end"] for r in recs}
+    later = sorted(recs, key=lambda r: r["t_send"])[2:]
+    assert all(r["t_dispatch"] in ends for r in later)  # due when a slot freed
+    assert all(0 <= r["t_send"] - r["t_dispatch"] < 0.05 for r in recs)
+
+
+def test_errors_are_recorded_not_dropped():
+    texts = [
+        (0, script([1, 1])),
+        (1, script([1], status=500)),
+        (2, script([1, 1, 1], malformed_at=1)),
+        (3, script([1, 1, 1], error_at=1)),
+        (4, script([1, 1], no_done=True)),
+        (5, script([1, 1], [0.0, 0.8])),  # exceeds the timeout
+    ]
+    t0 = time.perf_counter()
+    recs = run(texts, concurrency=6, timeout_s=0.4)
+    assert time.perf_counter() - t0 < 3.0
+    assert len(recs) == 6 and [r["prompt_index"] for r in recs] == list(range(6))
+    ok, http, bad, err, nodone, slow = recs
+    assert ok["ok"] and ok["completion_tokens"] == 2
+    assert not http["ok"] and http["error"].startswith("HTTP 500") and http["t_send"] is not None
+    assert not bad["ok"] and "malformed chunk" in bad["error"] and bad["chunks"] == [[bad["chunks"][0][0], 1]]
+    assert not err["ok"] and "fake scheduler failure" in err["error"]
+    assert not nodone["ok"] and "[DONE]" in nodone["error"]
+    assert not slow["ok"] and "timeout" in slow["error"]
+
+
+def test_server_killed_mid_run_stops_promptly(subprocess_server):
+    proc, url = subprocess_server
+    texts = [(i, script([1] * 10, [0.1] * 10)) for i in range(40)]  # ~1 s each, 10 s in total at C=4
+
+    async def main():
+        asyncio.get_running_loop().call_later(0.5, proc.kill)
+        return await run_requests(url, texts, concurrency=4, max_new_tokens=10, temperature=0.0,
+                                  timeout_s=60.0, rid_prefix="k", progress_desc=None)
+
+    t0 = time.perf_counter()
+    recs = asyncio.run(main())
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 3.0  # did not wait for request timeouts (60 s)
+    assert len(recs) == 40 and not any(r["ok"] for r in recs)
+    sent = [r for r in recs if r["t_send"] is not None]
+    not_sent = [r for r in recs if r["t_send"] is None]
+    assert 4 <= len(sent) <= 12
+    assert all(r["error"] for r in sent)
+    assert len(not_sent) >= 28 and all(r["error"].startswith(NOT_SENT_PREFIX) for r in not_sent)
+
+
+def test_connection_refused_from_start():
+    url = f"http://127.0.0.1:{_free_port()}"
+    t0 = time.perf_counter()
+    recs = asyncio.run(run_requests(url, [(i, "x") for i in range(20)], concurrency=3, max_new_tokens=4,
+                                    temperature=0.0, timeout_s=60.0, rid_prefix="r", progress_desc=None))
+    assert time.perf_counter() - t0 < 2.0
+    assert not any(r["ok"] for r in recs)
+    assert sum(r["t_send"] is not None for r in recs) <= 3
+    assert sum(r["error"].startswith(NOT_SENT_PREFIX) for r in recs) >= 17
+
+
+def test_many_chunks_per_second():
+    n_chunks = 1500
+    texts = [(i, script([1] * n_chunks)) for i in range(4)]
+    t0 = time.perf_counter()
+    recs = run(texts, concurrency=4, progress_desc="throughput")
+    elapsed = time.perf_counter() - t0
+    assert all(r["ok"] and r["completion_tokens"] == n_chunks and len(r["chunks"]) == n_chunks for r in recs)
+    # server and client share this one core here; the client alone is much faster
+    assert 4 * n_chunks / elapsed > 2000
+
+
+def test_sync_wrapper_and_fetch_helpers(subprocess_server):
+    _, url = subprocess_server
+    texts = [(0, script([1, 2]))]
+    kw = dict(concurrency=1, max_new_tokens=3, temperature=0.0, timeout_s=5.0, rid_prefix="s", progress_desc=None)
+    [r] = run_requests_sync(url, texts, **kw)
+    assert r["ok"] and r["completion_tokens"] == 3
+
+    async def inside_loop():  # as in a Jupyter kernel: a loop is already running
+        return run_requests_sync(url, texts, **kw)
+
+    [r2] = asyncio.run(inside_loop())
+    assert r2["ok"]
+    with pytest.raises(urllib.error.HTTPError, match="404") as ei:
+        fetch_text(url + "/missing")
+    ei.value.close()
+
+
+def test_fetch_json(tmp_path):
+    f = tmp_path / "x.json"
+    f.write_text('{"a": 1}')
+    assert fetch_json(f.as_uri()) == {"a": 1}
+    assert fetch_text(f.as_uri()) == '{"a": 1}'

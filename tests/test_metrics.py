@@ -1,0 +1,213 @@
+"""Tests for lab.metrics on hand-built records and SGLang-format fixtures with known answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lab.metrics import (
+    LATENCY_METRICS,
+    SERVER_TIMING_KEYS,
+    measured_window_s,
+    parse_decode_log,
+    parse_prometheus,
+    summarize_decode_log,
+    request_metrics,
+    server_timing,
+    step_time_ms,
+    summarize_run,
+)
+
+FX = Path(__file__).parent / "fixtures"
+
+
+def rec(chunks, *, ct=None, verify_ct=None, t_dispatch=0.0, t_send=0.001, t_end=None, ok=True, rid="r"):
+    meta = {"completion_tokens": ct if ct is not None else sum(n for _, n in chunks)}
+    if verify_ct is not None:
+        meta["spec_verify_ct"] = verify_ct
+    return {
+        "rid": rid, "mode": "m", "concurrency": 1, "repeat": 0, "prompt_index": 0,
+        "t_dispatch": t_dispatch, "t_send": t_send,
+        "t_end": t_end if t_end is not None else (chunks[-1][0] + 0.001 if chunks else t_send),
+        "chunks": [list(c) for c in chunks], "completion_tokens": meta["completion_tokens"],
+        "prompt_tokens": 7, "meta_info": meta, "ok": ok, "error": None if ok else "boom", "output_text": "",
+    }
+
+
+def test_request_metrics_speculative_chunk_of_three_counts_three():
+    # send at 0.0, first token at 0.100; then chunks of 3, 1, 2 tokens 30 ms apart
+    r = rec([(0.100, 1), (0.130, 3), (0.160, 1), (0.190, 2)], verify_ct=3, t_dispatch=-0.002, t_send=0.0, t_end=0.200)
+    m = request_metrics(r)
+    assert m["completion_tokens"] == 7
+    assert m["ttft_ms"] == pytest.approx(100.0)
+    assert m["icl_ms"] == pytest.approx([30.0, 30.0, 30.0])
+    # ITL: one value per token: 3 x 10 ms, 1 x 30 ms, 2 x 15 ms
+    assert m["itl_ms"] == pytest.approx([10.0, 10.0, 10.0, 30.0, 15.0, 15.0])
+    assert len(m["itl_ms"]) == 6
+    assert sum(m["itl_ms"]) == pytest.approx(90.0)  # = t_last - t_first
+    assert m["e2e_ms"] == pytest.approx(200.0)
+    assert m["tpot_ms"] == pytest.approx((200.0 - 100.0) / 6)
+    assert m["decode_tok_s"] == pytest.approx(6 / 0.090)
+    assert m["cycle_ms"] == pytest.approx(90.0 / 3)
+    assert m["accept_length"] == pytest.approx(7 / 3)
+    assert m["dispatch_delay_ms"] == pytest.approx(2.0)
+    assert m["token_accounting_ok"] is True
+    assert m["speculative"] is True
+
+
+def test_request_metrics_baseline_cycle_is_per_decode_step():
+    r = rec([(0.05 + 0.012 * i, 1) for i in range(11)], t_send=0.0)
+    m = request_metrics(r)
+    assert m["accept_length"] is None and m["spec_verify_ct"] is None
+    assert m["cycle_ms"] == pytest.approx(12.0)
+    assert m["decode_tok_s"] == pytest.approx(10 / 0.120)
+    assert m["itl_ms"] == pytest.approx([12.0] * 10)
+
+
+def test_token_accounting_detects_mismatch():
+    r = rec([(0.1, 1), (0.2, 2)], ct=5)
+    assert request_metrics(r)["token_accounting_ok"] is False
+
+
+def test_failed_and_single_token_records_give_none():
+    bad = rec([(0.1, 1)], ok=False)
+    m = request_metrics(bad)
+    assert m["ttft_ms"] is None and m["itl_ms"] == [] and m["tpot_ms"] is None
+    one = rec([(0.1, 1)])
+    m1 = request_metrics(one)
+    assert m1["ttft_ms"] is not None and m1["tpot_ms"] is None and m1["decode_tok_s"] is None
+    not_sent = rec([], ok=False, t_dispatch=None, t_send=None)
+    not_sent["t_end"] = None
+    assert request_metrics(not_sent)["dispatch_delay_ms"] is None
+
+
+def test_prometheus_sums_over_extra_labels():
+    text = (FX / "metrics_eagle3_after.prom").read_text()
+    snap = parse_prometheus(text)
+    assert snap.value("sglang:cuda_graph_passes_total", mode="decode_cuda_graph") == 1150.0
+    assert snap.value("sglang:cuda_graph_passes_total") == 1150.0 + 350.0 + 28.0
+    assert snap.value("sglang:forward_execution_seconds_total", category="target_verify") == 39.0
+    assert snap.value("sglang:forward_execution_seconds_total", category="nope") is None
+    assert snap.value("sglang:not_there_total") is None
+    assert snap.value("sglang:num_running_reqs", model_name="moonshotai/Kimi-K2.5", tp_rank=0) == 0.0
+
+
+def test_prometheus_two_ranks_sum():
+    lines = [
+        "# HELP sglang:cuda_graph_passes_total Total number of forward passes categorized by CUDA graph.",
+        "# TYPE sglang:cuda_graph_passes_total counter",
+        'sglang:cuda_graph_passes_total{engine_type="unified",mode="decode_cuda_graph",model_name="k",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 10.0',
+        'sglang:cuda_graph_passes_total{engine_type="unified",mode="decode_cuda_graph",model_name="k",moe_ep_rank="0",pp_rank="0",tp_rank="1"} 12.0',
+    ]
+    snap = parse_prometheus("\n".join(lines) + "\n")
+    assert snap.value("sglang:cuda_graph_passes_total", mode="decode_cuda_graph") == 22.0
+    assert snap.value("sglang:cuda_graph_passes_total", mode="decode_cuda_graph", tp_rank="1") == 12.0
+
+
+def test_server_timing_eagle3():
+    st = server_timing((FX / "metrics_eagle3_before.prom").read_text(), (FX / "metrics_eagle3_after.prom").read_text())
+    assert st["decode_iterations"] == 1000.0
+    assert st["verify_ms"] == pytest.approx(29.0)
+    assert st["draft_ms"] == pytest.approx(1.0)
+    assert st["decode_ms"] is None  # no "decode" category in a speculative server
+    assert st["gpu_cycle_ms"] == pytest.approx(30.0)
+    assert st["verify_share"] == pytest.approx(29.0 / 30.0)
+    assert st["verify_graph_fraction"] == pytest.approx(0.75)
+    d = st["deltas"]
+    assert d["forward_s"]["target_verify"] == pytest.approx(29.0)
+    assert d["forward_s"]["extend"] == pytest.approx(0.5)
+    assert d["decode_cuda_graph_passes"] == 750.0 and d["decode_none_passes"] == 250.0
+
+
+def test_server_timing_baseline_lazy_series_and_timer_off():
+    st = server_timing((FX / "metrics_baseline_before.prom").read_text(), (FX / "metrics_baseline_after.prom").read_text())
+    assert st["decode_ms"] == pytest.approx(12.0)  # series absent before counts from 0
+    assert st["verify_ms"] is None and st["draft_ms"] is None
+    assert st["verify_graph_fraction"] == pytest.approx(1.0)
+    off = server_timing((FX / "metrics_notimer_before.prom").read_text(), (FX / "metrics_notimer_after.prom").read_text())
+    assert off["verify_ms"] is None and off["draft_ms"] is None and off["decode_ms"] is None
+    assert off["gpu_cycle_ms"] is None
+    assert off["decode_iterations"] == 100.0 and off["verify_graph_fraction"] == 1.0
+    empty = server_timing("", "")
+    assert empty["decode_iterations"] is None and empty["verify_graph_fraction"] is None
+
+
+def test_parse_decode_log_fixture():
+    rows = parse_decode_log((FX / "decode_batch.log").read_text())
+    assert len(rows) == 5
+    a, b, c, d, e = rows
+    assert a == {**a, "ts": "2026-01-05 10:00:01", "tp_rank": 0, "running_req": 1, "token": 552,
+                 "token_usage": 0.01, "accept_len": 1.85, "accept_rate": 0.42, "cuda_graph": True,
+                 "gen_throughput_tok_s": 61.2, "queue_req": 0}
+    assert b["cuda_graph"] is False and b["running_req"] == 8 and b["queue_req"] == 2
+    assert b["extra"]["fwd occupancy"] == "97.10%"
+    assert c["accept_len"] is None and c["accept_rate"] is None and c["cuda_graph"] is True
+    assert c["gen_throughput_tok_s"] == pytest.approx(82.47)
+    assert d["tp_rank"] == 3 and d["forward_iter"] == 1234 and d["ts"] == "2026-01-05 10:00:04.123"
+    assert d["cuda_graph"] is False and d["accept_len"] is None
+    assert e["ts"] is None and e["token"] == 100 and e["token_usage"] == 0.10 and e["accept_len"] == 2.5
+    assert parse_decode_log(["no decode here"]) == []
+    agg = summarize_decode_log(rows)
+    assert agg["lines"] == 5 and agg["cuda_graph_fraction"] == pytest.approx(3 / 5)
+    assert agg["mean_accept_len"] == pytest.approx((1.85 + 1.90 + 2.50) / 3)
+    assert agg["max_running_req"] == 8
+    assert summarize_decode_log([])["cuda_graph_fraction"] is None
+
+
+def test_step_time_ms_new_entries_only():
+    before = json.loads((FX / "server_info_before.json").read_text())
+    after = json.loads((FX / "server_info_after.json").read_text())
+    st = step_time_ms(before, after)
+    assert set(st) == {1, 16}
+    assert st[1] == pytest.approx([30.0, 30.2])
+    assert st[16] == pytest.approx([50.0])
+    assert step_time_ms(None, after)[8] == pytest.approx([41.2])
+    assert step_time_ms(before, {"internal_states": [{}]}) is None
+
+
+def test_summarize_run_known_answers():
+    recs = [
+        rec([(0.100, 1), (0.130, 3), (0.160, 2)], verify_ct=2, t_dispatch=0.0, t_send=0.0, t_end=0.170, rid="a"),
+        rec([(0.200, 1), (0.230, 1), (0.260, 2)], verify_ct=2, t_dispatch=0.0, t_send=0.010, t_end=0.270, rid="b"),
+        rec([], ok=False, t_dispatch=0.0, t_send=0.0, t_end=0.05, rid="c"),
+    ]
+    recs[2]["completion_tokens"] = None
+    recs[2]["meta_info"] = {}
+    server = {"verify_ms": 29.0, "draft_ms": 1.0, "decode_ms": None, "verify_graph_fraction": 0.5,
+              "step_time_ms": {1: [30.0, 32.0]}, "deltas": {}}
+    wall = measured_window_s(recs)
+    assert wall == pytest.approx(0.270)
+    s = summarize_run(recs, wall_s=0.5, server=server)
+    assert (s["requests"], s["ok"], s["errors"], s["not_sent"]) == (3, 2, 1, 0)
+    assert s["error_rate"] == pytest.approx(1 / 3)
+    assert s["completion_tokens_total"] == 10
+    assert s["output_tok_s"] == pytest.approx(10 / 0.5)
+    assert s["accept_length"] == pytest.approx(10 / 4)
+    assert s["cycle_ms"] == pytest.approx(30.0)
+    assert s["p50_ttft_ms"] == pytest.approx(145.0)  # median of 100 and 190
+    assert s["mean_icl_ms"] == pytest.approx(30.0)
+    # ITL pooled per token: [10,10,10,15,15] + [30,15,15]
+    assert s["p50_itl_ms"] == pytest.approx(15.0)
+    assert s["mean_itl_ms"] == pytest.approx(120 / 8)
+    assert s["decode_tok_s"] == pytest.approx((5 / 0.060 + 3 / 0.060) / 2)  # median of two
+    assert s["verify_ms"] == 29.0 and s["decode_ms"] is None and s["server_step_ms"] == pytest.approx(31.0)
+    assert s["token_accounting_ok"] is True and s["speculative"] is True
+    assert s["mode"] == "m" and s["concurrency"] == 1
+    for m in LATENCY_METRICS:
+        for p in ("mean", "p50", "p90", "p99"):
+            assert f"{p}_{m}" in s
+    for k in SERVER_TIMING_KEYS:
+        assert k in s
+    with pytest.raises(ValueError):
+        summarize_run(recs, wall_s=0, server=None)
+
+
+def test_summarize_run_all_failed():
+    recs = [rec([], ok=False, t_dispatch=None, t_send=None, rid="x")]
+    recs[0]["t_end"] = None
+    s = summarize_run(recs, wall_s=1.0, server=None)
+    assert s["ok"] == 0 and s["not_sent"] == 1 and s["error_rate"] == 1.0
+    assert s["p50_ttft_ms"] is None and s["accept_length"] is None and s["verify_ms"] is None
+    assert s["output_tok_s"] == 0.0
