@@ -1,0 +1,214 @@
+"""The comparison across modes: load every mode's results, compute speedups, write the summary.
+
+Inputs are ``results/<mode>/result.json`` and ``runs.json`` (one row per concurrency
+level x repeat) written by :mod:`lab.bench`. Output: ``reports/comparison.json`` (per mode and level, mean and 95 % t-interval of the headline metrics, speedup over the
+baseline with a bootstrap interval and a verdict), ``reports/summary.json`` (its flat
+numbers, the DVC metrics file), ``reports/summary.csv`` (one row per
+mode x level, for ``dvc plots``), the figures (:mod:`lab.figures`) and one MLflow run
+holding them.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lab import stats
+from lab.config import LabParams, repo_root
+from lab.effective import identical_modes, identical_notice
+
+__all__ = ["CompareError", "load_results", "runs_frame", "requests_frame", "summarize",
+           "engine_caption", "run_compare", "SPEEDUP_METRICS"]
+
+# Throughputs compared against the baseline (higher is better).
+SPEEDUP_METRICS = ("decode_tok_s", "output_tok_s")
+SUMMARY_METRICS = ("decode_tok_s", "output_tok_s", "accept_length", "cycle_ms", "verify_ms",
+                   "draft_ms", "decode_ms", "p50_ttft_ms", "p50_itl_ms", "p50_tpot_ms",
+                   "verify_graph_fraction", "error_rate")
+
+
+class CompareError(RuntimeError):
+    """A mode's results are missing or marked failed; the message names the mode and the fix."""
+
+
+def load_results(results_dir: Path, modes: list[str]) -> dict[str, dict[str, Any]]:
+    """``mode -> result.json`` (the full record of :func:`lab.bench.run_mode`) for every mode.
+
+    :raises CompareError: a result file is missing or its status is not ``ok``.
+    """
+    out = {}
+    for mode in modes:
+        path = results_dir / mode / "result.json"
+        if not path.is_file():
+            raise CompareError(f"{path} missing. Fix: run `dvc repro bench@{mode}` first")
+        data = json.loads(path.read_text())
+        if data.get("status") != "ok":
+            raise CompareError(f"mode {mode} failed ({data.get('error', 'no error recorded')}); its "
+                               f"log is {results_dir / mode / 'server.log'}. Fix the cause and re-run "
+                               f"`dvc repro bench@{mode}`")
+        out[mode] = data
+    return out
+
+
+def runs_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
+    """One row per (mode, concurrency, repeat) with that run's summary metrics."""
+    rows = []
+    for mode in modes:
+        for run in json.loads((results_dir / mode / "runs.json").read_text()):
+            rows.append({"mode": mode, **{k: v for k, v in run.items() if not isinstance(v, (dict, list))}})
+    return pd.DataFrame(rows)
+
+
+def requests_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
+    """One row per measured ok request: mode, concurrency, completion_tokens, spec_verify_ct, accept_length."""
+    rows = []
+    for mode in modes:
+        path = results_dir / mode / "requests.jsonl"
+        if not path.is_file():
+            continue
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line)
+                if not r.get("ok"):
+                    continue
+                meta = r.get("meta_info") or {}
+                ct, vct = r.get("completion_tokens"), meta.get("spec_verify_ct")
+                rows.append({"mode": mode, "concurrency": r.get("concurrency"), "completion_tokens": ct,
+                             "spec_verify_ct": vct,
+                             "accept_length": (ct / vct) if ct and vct else None})
+    return pd.DataFrame(rows)
+
+
+def engine_caption(results: dict[str, dict[str, Any]], params: LabParams | None = None) -> str:
+    """Who produced the numbers, for every figure: the engine, and for the emulator that it is not a GPU."""
+    engines = sorted({r.get("engine", "?") for r in results.values()})
+    versions = sorted({str(r.get("engine_version", "?")) for r in results.values()})
+    if "emulator" in engines:
+        profile = params.emulator.profile if params else "see params.yaml"
+        text = (f"engine: emulator (SGLang-compatible, profile {profile}): modelled step costs "
+                "calibrated to the seeds' Kimi-K2.5 TP8 numbers. Not a GPU measurement.")
+    else:
+        text = f"engine: {', '.join(engines)} (SGLang {', '.join(versions)})"
+    return text
+
+
+def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: str | None) -> dict[str, Any]:
+    """Per mode and level: mean and 95 % CI of :data:`SUMMARY_METRICS`, and speedups vs baseline.
+
+    :returns: ``{"baseline", "modes": {mode: {"c1": {...}}}, "identical_effective_config",
+        "notice", "rows": [...]}``; ``rows`` is flat (one per mode x level) for the CSV.
+    """
+    summary: dict[str, Any] = {"baseline": baseline, "modes": {}, "rows": []}
+    for mode in results:
+        summary["modes"][mode] = {}
+        for level, sub in runs[runs["mode"] == mode].groupby("concurrency"):
+            key = f"c{int(level)}"
+            entry: dict[str, Any] = {"concurrency": int(level), "repeats": int(len(sub))}
+            row: dict[str, Any] = {"mode": mode, "concurrency": int(level), "engine": results[mode].get("engine")}
+            for m in SUMMARY_METRICS:
+                if m in sub and sub[m].notna().any():
+                    mean, lo, hi = stats.mean_ci(sub[m].dropna().tolist())
+                    entry[m] = {"mean": mean, "ci95_lo": lo, "ci95_hi": hi}
+                    row.update({f"{m}_mean": mean, f"{m}_ci95_lo": lo, f"{m}_ci95_hi": hi})
+            if baseline and mode != baseline:
+                base = runs[(runs["mode"] == baseline) & (runs["concurrency"] == level)]
+                for m in SPEEDUP_METRICS:
+                    if m in sub and len(base):
+                        ratio, lo, hi = stats.ratio_ci(base[m].tolist(), sub[m].tolist())
+                        entry[f"speedup_{m}"] = {"ratio": ratio, "ci95_lo": lo, "ci95_hi": hi,
+                                                 "verdict": stats.verdict(ratio, lo, hi)}
+                        row.update({f"speedup_{m}": ratio, f"speedup_{m}_ci95_lo": lo,
+                                    f"speedup_{m}_ci95_hi": hi, f"verdict_{m}": stats.verdict(ratio, lo, hi)})
+            summary["modes"][mode][key] = entry
+            summary["rows"].append(row)
+    # Same resolved arguments *and* the same measured CUDA-graph share of verify: the
+    # emulator (and older SGLang builds) run prefill-mode verify outside graphs.
+    groups = identical_modes({
+        m: ({**r["effective_config"], "measured_verify_graph_fraction":
+             _round(r.get("headline", {}).get("verify_graph_fraction"))} if r.get("effective_config") else None)
+        for m, r in results.items()})
+    summary["identical_effective_config"] = groups
+    summary["notice"] = identical_notice(groups)
+    return summary
+
+
+def _lean(summary: dict[str, Any]) -> dict[str, float]:
+    """Flat numbers for DVC and MLflow: ``<mode>.c<N>.<metric>`` means and speedups."""
+    flat: dict[str, float] = {}
+    for mode, levels in summary["modes"].items():
+        for lvl, e in levels.items():
+            for m in ("decode_tok_s", "output_tok_s", "accept_length", "verify_ms"):
+                if m in e:
+                    flat[f"{mode}.{lvl}.{m}"] = e[m]["mean"]
+            if "speedup_decode_tok_s" in e:
+                flat[f"{mode}.{lvl}.speedup_decode_tok_s"] = e["speedup_decode_tok_s"]["ratio"]
+    return flat
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 1)
+
+
+def _write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "results",
+                reports_dir: str | Path = "reports", *, track: bool = True) -> dict[str, Any]:
+    """Summary + figures + MLflow comparison run. Returns the summary with ``figures`` paths.
+
+    :raises CompareError: a mode's results are missing or failed.
+    """
+    from lab import figures
+    from lab.bench import write_json_atomic
+    from lab.tracking import TrackingError, open_run, run_tags
+
+    root = repo_root()
+    res_dir = Path(results_dir) if Path(results_dir).is_absolute() else root / results_dir
+    rep_dir = Path(reports_dir) if Path(reports_dir).is_absolute() else root / reports_dir
+    (rep_dir / "figures").mkdir(parents=True, exist_ok=True)
+    results = load_results(res_dir, modes)
+    runs = runs_frame(res_dir, modes)
+    baseline = params.baseline_mode if params.baseline_mode in modes else None
+    summary = summarize(results, runs, baseline)
+    summary["caption"] = engine_caption(results, params)
+    summary["effective_config"] = {m: r.get("effective_config") for m, r in results.items()}
+    summary["figures"] = figures.draw_all(runs, requests_frame(res_dir, modes), summary,
+                                          rep_dir / "figures")
+    _write_csv(summary["rows"], rep_dir / "summary.csv")
+    if track:
+        try:
+            tags = run_tags(params, mode=None)
+            tags["modes"] = ",".join(modes)
+            with open_run(params, run_name=f"compare | {params.engine} | {len(modes)} modes", tags=tags) as run:
+                run.log_metrics(_lean(summary))
+                for fig in summary["figures"].values():
+                    run.log_artifact(fig, "figures")
+                run.log_artifact(rep_dir / "summary.csv")
+                summary["mlflow_run_id"] = run.run_id
+        except TrackingError as exc:
+            print(f"[lab] MLflow logging of the comparison failed ({exc}); the summary and figures "
+                  f"are in {rep_dir}")
+    write_json_atomic(rep_dir / "comparison.json", {k: v for k, v in summary.items() if k != "rows"})
+    write_json_atomic(rep_dir / "summary.json", _lean(summary))
+    return summary
+
+
+def summary_table(summary: dict[str, Any]) -> pd.DataFrame:
+    """The comparison as a table: one row per mode x level with means, CIs and verdicts."""
+    cols = ["mode", "concurrency", "decode_tok_s_mean", "decode_tok_s_ci95_lo", "decode_tok_s_ci95_hi",
+            "output_tok_s_mean", "accept_length_mean", "verify_ms_mean", "draft_ms_mean", "cycle_ms_mean",
+            "speedup_decode_tok_s", "speedup_decode_tok_s_ci95_lo", "speedup_decode_tok_s_ci95_hi",
+            "verdict_decode_tok_s"]
+    df = pd.DataFrame(summary["rows"])
+    return df[[c for c in cols if c in df]].round(3)
