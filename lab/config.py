@@ -262,13 +262,12 @@ class LabParams(_Strict):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "LabParams":
-        for name, mode in self.modes.items():
-            if mode.is_speculative and not (mode.draft_path or self.model.draft_path):
-                raise ValueError(
-                    f"modes.{name}: EAGLE-3 needs a draft model. Fix: set model.draft_path "
-                    "(e.g. lightseekorg/kimi-k2.5-eagle3-mla) or modes."
-                    f"{name}.draft_path"
-                )
+        missing = [n for n, m in self.modes.items() if m.is_speculative and not (m.draft_path or self.model.draft_path)]
+        if missing:
+            raise ValueError(
+                f"{', '.join('modes.' + n for n in missing)}: EAGLE-3 needs a draft model. Fix: set "
+                "model.draft_path (e.g. lightseekorg/kimi-k2.5-eagle3-mla) or <mode>.draft_path"
+            )
         return self
 
     def mode(self, name: str) -> ModeParams:
@@ -289,7 +288,7 @@ class LabParams(_Strict):
 def _format_validation_error(err: ValidationError, source: str) -> str:
     lines = [f"{source} is invalid:"]
     for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        key = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key. Fix: remove it or check its spelling against README's params table"
@@ -297,7 +296,7 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
             msg = "required key missing. Fix: add it (see README's params table)"
         elif "Fix:" not in msg:
             msg += f" (got {e.get('input')!r}). Fix: give a value of the right type"
-        lines.append(f"  {key}: {msg}")
+        lines.append(f"  {key}: {msg}" if key else f"  {msg}")
     return "\n".join(lines)
 
 

@@ -1,0 +1,122 @@
+"""``python -m lab.emulator <SGLang launch flags>``: run the emulator server.
+
+Environment honoured like SGLang 0.5.23 (``sglang/srt/environ.py``):
+``SGLANG_SIMULATE_ACC_LEN`` (float, <= 0 or unset: off), ``SGLANG_RECORD_STEP_TIME``
+(fill ``step_time_dict``), ``SGLANG_ENABLE_METRICS_DEVICE_TIMER`` (feed
+``sglang:forward_execution_seconds_total``). SIGTERM/SIGINT stop the engine, flush the
+ground truth and exit 0 within ~1 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+
+from aiohttp import web
+
+from lab.emulator.args import parse_args
+from lab.emulator.engine import Engine
+from lab.emulator.http import AppState, build_app, dispatch_events
+from lab.emulator.metrics import EmulatorMetrics
+from lab.emulator.profile import ProfileError, load_profile
+from lab.emulator.sglog import log_startup, setup_logging
+from lab.emulator.truth import TruthWriter
+
+SWITCH_INTERVAL_S = 2e-4  # GIL hand-over latency bound, so the engine thread hits deadlines
+
+
+def _env_bool(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _env_float(name: str) -> float | None:
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        raise SystemExit(f"{name}={v!r} is not a number") from None
+
+
+async def _serve(args, profile, profile_path, truth: TruthWriter, metrics: EmulatorMetrics, log) -> None:
+    loop = asyncio.get_running_loop()
+
+    def deliver(events):
+        try:
+            loop.call_soon_threadsafe(dispatch_events, events)
+        except RuntimeError:  # loop closed during shutdown
+            pass
+
+    sim = _env_float("SGLANG_SIMULATE_ACC_LEN")
+    engine = Engine(args, profile, deliver=deliver, metrics=metrics, truth=truth, log=log,
+                    simulate_acc_len=sim, record_step_time=_env_bool("SGLANG_RECORD_STEP_TIME"))
+    state = AppState(args=args, profile=profile, profile_path=profile_path, engine=engine, metrics=metrics,
+                     startup_time=time.time())
+    runner = web.AppRunner(build_app(state), handle_signals=False, access_log=None)
+    await runner.setup()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    engine.start()
+    try:
+        await web.TCPSite(runner, args.host, args.port).start()
+    except OSError as exc:
+        log.error(f"cannot bind {args.host}:{args.port}: {exc}")
+        engine.stop()
+        truth.close()
+        raise SystemExit(1) from None
+    if sim and sim > 0:
+        log.info(f"SGLANG_SIMULATE_ACC_LEN={sim}: accept length pinned")
+    log.info("The server is fired up and ready to roll!")
+    await stop.wait()
+    log.info("Received stop signal; shutting down emulator.")
+    engine.stop(timeout=0.5)
+    truth.close()
+    try:
+        await asyncio.wait_for(runner.cleanup(), timeout=0.2)
+    except (asyncio.TimeoutError, Exception):  # in-flight streams are dropped
+        pass
+    # Everything worth keeping is flushed; skip the event loop's (unbounded) finalization of
+    # in-flight streams so that the process exits within ~1 s of the signal.
+    log.info("Emulator stopped; ground truth flushed.")
+    for h in log.handlers:
+        h.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args, unknown = parse_args(argv)
+    log = setup_logging()
+    if unknown:
+        log.warning(f"emulator: ignoring unknown flags: {' '.join(unknown)}")
+    try:
+        profile, profile_path = load_profile(args.emulator_profile)
+    except ProfileError as exc:
+        log.error(str(exc))
+        return 2
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    log.info(f"engine=emulator profile={profile.name} v{profile.version} ({profile_path}); no GPU is used")
+    truth = TruthWriter(args.ground_truth_file)
+    truth.write({"kind": "header", "profile": {**profile.model_dump(), "path": str(profile_path)},
+                 "argv": argv, "pid": os.getpid(), "server_args": args.to_dict()}, flush=True)
+    metrics = EmulatorMetrics(args.served_model_name, _env_bool("SGLANG_ENABLE_METRICS_DEVICE_TIMER"))
+    graph_bs = [b for b in (1, 2, 4, 8, 16, 24, 32, 40, 48, 64, 128, 256) if b <= args.cuda_graph_max_bs_decode]
+    log_startup(log, args.emulator_startup_delay_s, speculative=args.is_speculative, graph_bs=graph_bs,
+                disable_cuda_graph=args.disable_cuda_graph, backend="full",
+                num_tokens_per_req=args.speculative_num_draft_tokens or 1)
+    try:
+        asyncio.run(_serve(args, profile, profile_path, truth, metrics, log))
+    finally:
+        truth.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

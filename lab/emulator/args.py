@@ -1,0 +1,154 @@
+"""Command line of the emulator: SGLang 0.5.23 launch flags plus ``--emulator-*`` flags.
+
+:func:`parse_args` accepts the argv of ``docs/contracts.md`` and returns resolved
+:class:`ServerArgs` with SGLang's snake_case names, after SGLang's resolution rules:
+
+- ``--speculative-eagle-topk 1`` rewrites ``--speculative-num-draft-tokens`` to
+  ``num_steps + 1`` (SGLang ``arg_groups/fields/spec.py`` resolution hook);
+- with speculation and no ``--max-running-requests`` the cap is 48 (DESIGN.md, SGLang
+  facts); without speculation and no flag it is unlimited (reported as 4096 here);
+- attention backends default to ``fa3`` (Kimi-K2.5 MLA on H200 in SGLang 0.5.23).
+
+Unknown flags are returned (the caller logs them) rather than rejected, so the same argv
+works for SGLang and the emulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+__all__ = ["ServerArgs", "parse_args", "build_parser", "SPEC_MAX_RUNNING_CAP", "DEFAULT_ATTENTION_BACKEND"]
+
+SPEC_MAX_RUNNING_CAP = 48  # source: DESIGN.md "SGLang 0.5.23 facts": speculative servers cap at 48
+NO_SPEC_MAX_RUNNING = 4096  # emulator stand-in for "bounded by KV pool only"
+DEFAULT_ATTENTION_BACKEND = "fa3"  # source: DESIGN.md: Kimi-K2.5 (MLA) on H200 uses fa3
+
+
+@dataclasses.dataclass
+class ServerArgs:
+    """Resolved server arguments (SGLang names); see :func:`parse_args`."""
+
+    model_path: str
+    tp_size: int
+    host: str
+    port: int
+    trust_remote_code: bool
+    mem_fraction_static: float | None
+    max_running_requests: int
+    cuda_graph_max_bs_decode: int
+    disable_cuda_graph: bool
+    enable_metrics: bool
+    decode_log_interval: int
+    context_length: int
+    speculative_algorithm: str | None
+    speculative_draft_model_path: str | None
+    speculative_num_steps: int | None
+    speculative_eagle_topk: int | None
+    speculative_num_draft_tokens: int | None
+    speculative_attention_mode: str
+    speculative_draft_attention_backend: str | None
+    attention_backend: str
+    prefill_attention_backend: str
+    decode_attention_backend: str
+    served_model_name: str
+    random_seed: int
+    emulator_profile: str
+    ground_truth_file: str | None
+    emulator_startup_delay_s: float
+
+    @property
+    def is_speculative(self) -> bool:
+        return self.speculative_algorithm is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser (flags of docs/contracts.md plus ``--random-seed``)."""
+    p = argparse.ArgumentParser(prog="python -m lab.emulator", description=__doc__.splitlines()[0])
+    a = p.add_argument
+    a("--model-path", "--model", dest="model_path", default="moonshotai/Kimi-K2.5")
+    a("--tp-size", "--tp", dest="tp_size", type=int, default=1)
+    a("--trust-remote-code", action="store_true")
+    a("--host", default="127.0.0.1")
+    a("--port", type=int, default=30000)
+    a("--mem-fraction-static", type=float, default=None)
+    a("--max-running-requests", type=int, default=None)
+    a("--cuda-graph-max-bs-decode", type=int, default=None)
+    a("--disable-cuda-graph", action="store_true")
+    a("--enable-metrics", action="store_true")
+    a("--decode-log-interval", type=int, default=40)
+    a("--context-length", type=int, default=None)
+    a("--served-model-name", default=None)
+    a("--random-seed", type=int, default=0)
+    a("--speculative-algorithm", default=None, choices=["EAGLE", "EAGLE3"])
+    a("--speculative-draft-model-path", default=None)
+    a("--speculative-num-steps", type=int, default=None)
+    a("--speculative-eagle-topk", type=int, default=None)
+    a("--speculative-num-draft-tokens", type=int, default=None)
+    a("--speculative-attention-mode", default="prefill", choices=["prefill", "decode"])
+    a("--speculative-draft-attention-backend", default=None)
+    a("--attention-backend", default=None)
+    a("--prefill-attention-backend", default=None)
+    a("--decode-attention-backend", default=None)
+    a("--emulator-profile", default="kimi_k25_tp8_pcie", help="bundled profile name or path to a JSON profile")
+    a("--ground-truth-file", default=None, help="JSONL ground truth (docs/contracts.md)")
+    a("--emulator-startup-delay-s", type=float, default=0.5, help="seconds of fake startup logging before the port is bound")
+    return p
+
+
+def parse_args(argv: list[str]) -> tuple[ServerArgs, list[str]]:
+    """Parse and resolve ``argv``.
+
+    :returns: ``(ServerArgs, unknown_flags)``.
+    :raises SystemExit: (argparse) on a malformed known flag or an impossible spec combination.
+    """
+    p = build_parser()
+    ns, unknown = p.parse_known_args(argv)
+    spec = ns.speculative_algorithm
+    steps = topk = ndraft = None
+    if spec:
+        steps = ns.speculative_num_steps or 3
+        topk = ns.speculative_eagle_topk or 1
+        ndraft = ns.speculative_num_draft_tokens or steps + 1
+        if topk == 1:
+            ndraft = steps + 1  # SGLang rewrites num_draft_tokens for chain drafts
+        if ndraft > steps * topk + 1:
+            p.error(f"--speculative-num-draft-tokens {ndraft} > num_steps*topk+1 = {steps * topk + 1}")
+        if not ns.speculative_draft_model_path:
+            p.error("--speculative-draft-model-path is required with --speculative-algorithm")
+    mrr = ns.max_running_requests or (SPEC_MAX_RUNNING_CAP if spec else NO_SPEC_MAX_RUNNING)
+    attn = ns.attention_backend or DEFAULT_ATTENTION_BACKEND
+    args = ServerArgs(
+        model_path=ns.model_path,
+        tp_size=ns.tp_size,
+        host=ns.host,
+        port=ns.port,
+        trust_remote_code=ns.trust_remote_code,
+        mem_fraction_static=ns.mem_fraction_static,
+        max_running_requests=mrr,
+        cuda_graph_max_bs_decode=ns.cuda_graph_max_bs_decode or (48 if spec else 256),
+        disable_cuda_graph=ns.disable_cuda_graph,
+        enable_metrics=ns.enable_metrics,
+        decode_log_interval=max(1, ns.decode_log_interval),
+        context_length=ns.context_length or 262144,
+        speculative_algorithm=spec,
+        speculative_draft_model_path=ns.speculative_draft_model_path if spec else None,
+        speculative_num_steps=steps,
+        speculative_eagle_topk=topk,
+        speculative_num_draft_tokens=ndraft,
+        speculative_attention_mode=ns.speculative_attention_mode,
+        speculative_draft_attention_backend=(ns.speculative_draft_attention_backend or DEFAULT_ATTENTION_BACKEND) if spec else None,
+        attention_backend=attn,
+        prefill_attention_backend=ns.prefill_attention_backend or attn,
+        decode_attention_backend=ns.decode_attention_backend or attn,
+        served_model_name=ns.served_model_name or ns.model_path,
+        random_seed=ns.random_seed,
+        emulator_profile=ns.emulator_profile,
+        ground_truth_file=ns.ground_truth_file,
+        emulator_startup_delay_s=max(0.0, ns.emulator_startup_delay_s),
+    )
+    return args, unknown

@@ -1,0 +1,326 @@
+"""Continuous-batching engine of the emulator, in a dedicated thread with precise timing.
+
+Per iteration (SGLang's scheduler order): admit waiting requests up to
+``max_running_requests``; if any were admitted run one prefill (extend) forward for them
+(each gets its first token); otherwise run one decode step (1 token per running request)
+or one speculative cycle (``eagle_draft`` -> ``target_verify`` -> ``eagle_draft_extend``;
+each request gets its accept length, capped at its remaining ``max_new_tokens``).
+
+Each phase sleeps to a deadline computed from the cost profile (``time.sleep`` to
+``SPIN_S`` = 0.2 ms before, then a spin on ``perf_counter``). Back-to-back iterations
+chain start = previous end; the profile's scheduler-overhead phase covers the token
+accounting between iterations, and the forward phases then run for their planned
+durations with deadlines cumulative from the end of that phase (an OS delay in one forward
+phase is absorbed by the next). The previous iteration's ground-truth line, metrics, log
+lines and chunks are emitted at the start of the next iteration's first forward phase (or
+at once when the engine goes idle), so they do not delay the schedule; chunks go to the
+event loop through one ``deliver`` callback per iteration (the HTTP layer passes one that
+uses ``loop.call_soon_threadsafe``) and leave the engine ~0.1-0.2 ms after the iteration end.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import random
+import threading
+import time
+from typing import Callable
+
+from lab.emulator.acceptance import AcceptanceModel
+from lab.emulator.args import ServerArgs
+from lab.emulator.metrics import EmulatorMetrics
+from lab.emulator.profile import CostProfile
+from lab.emulator.request import VOCAB, Request
+from lab.emulator.sglog import decode_batch_line, prefill_batch_line
+from lab.emulator.truth import TruthWriter
+
+__all__ = ["Engine", "Request", "wait_until", "VOCAB"]
+
+ENGINE_NICE = -10  # engine thread priority (best effort), for timing on a shared machine
+SPIN_S = 0.0002  # sleep until this close to a deadline, then spin (Linux sleep overshoot ~60 us)
+
+def wait_until(deadline: float) -> None:
+    """Block until ``time.perf_counter() >= deadline`` (sleep, then spin the last ``SPIN_S``)."""
+    while True:
+        rem = deadline - time.perf_counter()
+        if rem <= 0:
+            return
+        if rem > SPIN_S:
+            time.sleep(rem - SPIN_S)
+
+
+class Engine:
+    """The scheduler + fake model runner.
+
+    :param args: resolved server args. :param profile: cost profile.
+    :param deliver: called from the engine thread once per iteration with
+        ``[(request, event_dict), ...]``; must not block.
+    :param simulate_acc_len: ``SGLANG_SIMULATE_ACC_LEN`` (None/<=0: off).
+    :param record_step_time: ``SGLANG_RECORD_STEP_TIME`` (fills :attr:`step_time_dict`).
+    """
+
+    def __init__(self, args: ServerArgs, profile: CostProfile, *, deliver: Callable[[list[tuple[Request, dict]]], None],
+                 metrics: EmulatorMetrics, truth: TruthWriter, log: logging.Logger,
+                 simulate_acc_len: float | None = None, record_step_time: bool = False) -> None:
+        self.args, self.profile, self.deliver = args, profile, deliver
+        self.metrics, self.truth, self.log = metrics, truth, log
+        self.rng = random.Random(args.random_seed)
+        self.accept = None
+        if args.is_speculative:
+            self.accept = AcceptanceModel(profile.p_accept, args.speculative_num_steps or 1, args.speculative_eagle_topk or 1,
+                                          args.speculative_num_draft_tokens or 2, simulate_acc_len, self.rng)
+        self.record_step_time = record_step_time
+        self.step_time_dict: dict[int, list[float]] = collections.defaultdict(list)
+        self._inbox: collections.deque[Request] = collections.deque()
+        self._cond = threading.Condition()
+        self._stop = False
+        self.waiting: collections.deque[Request] = collections.deque()
+        self.running: list[Request] = []
+        self.iteration = 0
+        self.forward_ct_decode = 0
+        self.total_accept_tokens = 0  # lifetime, per request per cycle (avg_spec_accept_length)
+        self.total_accept_forward_ct = 0
+        self._log_tic = time.perf_counter()
+        self._log_gen_tokens = 0
+        self._log_accept_tokens = self._log_correct = self._log_forward_ct = 0
+        self._prefill_tic = time.perf_counter()
+        self._pending_events: list[tuple[Request, dict]] = []
+        self._pending_record: tuple | None = None
+        self._thread = threading.Thread(target=self._run, name="emulator-engine", daemon=True)
+        self.error: BaseException | None = None
+
+    # ----------------------------------------------------------------- control
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 0.5) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def submit(self, req: Request) -> None:
+        """Queue a request (thread-safe)."""
+        with self._cond:
+            self._inbox.append(req)
+            self._cond.notify()
+
+    @property
+    def avg_spec_accept_length(self) -> float | None:
+        """Lifetime mean accept length (tokens per request per cycle), like SGLang's."""
+        return self.total_accept_tokens / self.total_accept_forward_ct if self.total_accept_forward_ct else None
+
+    # ----------------------------------------------------------------- loop
+    def _run(self) -> None:
+        try:
+            self._raise_priority()
+            self._loop()
+        except BaseException as exc:  # surfaced by /health
+            self.error = exc
+            self.log.exception("emulator engine thread died")
+
+    def _raise_priority(self) -> None:
+        """Best effort: nice this thread to ``ENGINE_NICE`` so that, on a busy machine, it wakes
+        at its deadlines (Linux per-thread nice; needs CAP_SYS_NICE, silently skipped otherwise)."""
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ENGINE_NICE)
+            self.log.info(f"emulator engine thread running at nice {ENGINE_NICE}")
+        except (OSError, AttributeError):
+            self.log.info("emulator engine thread at default priority (no permission to raise it)")
+
+    def _loop(self) -> None:
+        chained_start: float | None = None
+        while True:
+            with self._cond:
+                while not self._stop and not self._inbox and not self.waiting and not self.running:
+                    chained_start = None
+                    self._cond.wait(0.1)
+                stopping = self._stop
+                while self._inbox and not stopping:
+                    self.waiting.append(self._inbox.popleft())
+            if stopping:
+                self._flush_events()  # the last iteration's ground truth
+                return
+            start = chained_start if chained_start is not None else time.perf_counter()
+            end = self._iterate(start)
+            chained_start = end if (self.running or self.waiting or self._inbox) else None
+            if chained_start is None:
+                self._flush_events()
+
+    def _flush_events(self) -> None:
+        """Record the last finished iteration (truth, metrics, logs), then deliver its chunks."""
+        if self._pending_record is not None:
+            rec, self._pending_record = self._pending_record, None
+            self._record(*rec)
+        if self._pending_events:
+            events, self._pending_events = self._pending_events, []
+            self.deliver(events)
+
+    def _kv_tokens(self, reqs: list[Request]) -> int:
+        return sum(r.prompt_tokens + r.completion_tokens for r in reqs)
+
+    def _drop_aborted(self) -> None:
+        gone = [r for r in (*self.waiting, *self.running) if r.aborted]
+        if not gone:
+            return
+        self.waiting = collections.deque(r for r in self.waiting if not r.aborted)
+        self.running = [r for r in self.running if not r.aborted]
+        for r in gone:
+            self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
+                              "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,
+                              "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct,
+                              "finish_reason": "abort"}, flush=True)
+
+    def _iterate(self, start: float) -> float:
+        a, prof = self.args, self.profile
+        self._drop_aborted()
+        if not self.waiting and not self.running:
+            self._flush_events()
+            return time.perf_counter()
+        free = a.max_running_requests - len(self.running)
+        new: list[Request] = []
+        while self.waiting and len(new) < free:
+            new.append(self.waiting.popleft())
+        phases: list[tuple[str, float]]
+        if new:
+            kind, batch, graph = "prefill", new, False
+            phases = [("extend", prof.prefill_s(sum(r.prompt_tokens for r in new)))]
+            grants = {r: 1 for r in new}
+        else:
+            batch = self.running
+            b, kv = len(batch), self._kv_tokens(batch)
+            graph_ok = not a.disable_cuda_graph and b <= a.cuda_graph_max_bs_decode
+            if self.accept is None:
+                kind, graph = "decode", graph_ok
+                phases = [("decode", prof.decode_s(b, kv, graph))]
+                grants = {r: 1 for r in batch}
+            else:
+                kind = "spec"
+                graph = graph_ok and prof.verify_graph_captured(a.speculative_attention_mode)
+                d_s, e_s = prof.draft_parts_s(b, a.speculative_num_steps or 1)
+                v_s = prof.verify_s(b, a.speculative_num_draft_tokens or 2, kv, a.speculative_attention_mode, graph)
+                phases = [("eagle_draft", d_s), ("target_verify", v_s), ("eagle_draft_extend", e_s)]
+                grants = {r: self.accept.draw() for r in batch}
+        planned = prof.overhead_s + sum(s for _, s in phases)
+        # --- timed phases. The scheduler-overhead phase [start, start + overhead) absorbs the
+        # previous iteration's bookkeeping; if that overran, the forward phases still get
+        # their full planned durations (the iteration grows, and the ground truth shows it).
+        base = max(start + prof.overhead_s, time.perf_counter())
+        self._flush_events()  # runs inside the first forward phase (absorbed by its deadline)
+        actual: dict[str, float] = {}
+        t = deadline = base
+        for cat, s in phases:
+            deadline += s
+            wait_until(deadline)
+            now = time.perf_counter()
+            actual[cat] = max(0.0, now - t)
+            t = max(t, now)
+        end = t
+        self._account(kind, start, end, planned, batch, new, grants, actual, graph)
+        return end
+
+    def _account(self, kind: str, start: float, end: float, planned: float, batch: list[Request], new: list[Request],
+                 grants: dict[Request, int], actual: dict[str, float], graph: bool) -> None:
+        a = self.args
+        events: list[tuple[Request, dict]] = []
+        tokens: dict[str, int] = {}
+        finished: list[Request] = []
+        gen = 0
+        for r in batch:
+            n = min(grants[r], r.max_new_tokens - r.completion_tokens)
+            if kind == "spec":
+                correct = n - 1
+                r.spec_verify_ct += 1
+                r.num_correct_drafts += correct
+                if len(r.histogram) <= correct:
+                    r.histogram.extend([0] * (correct + 1 - len(r.histogram)))
+                r.histogram[correct] += 1
+                self._log_accept_tokens += n
+                self._log_correct += correct
+                self._log_forward_ct += 1
+                self.total_accept_tokens += n
+                self.total_accept_forward_ct += 1
+            r.add_tokens(n, a.random_seed)
+            gen += n
+            if r.first_token is None:
+                r.first_token = end
+            r.last_token = end
+            tokens[r.rid] = n
+            done = r.completion_tokens >= r.max_new_tokens
+            if done:
+                r.finished = True
+                finished.append(r)
+            events.append((r, {"n": n, "ct": r.completion_tokens, "t": end, "finished": done}))
+        if new:
+            self.running.extend(new)
+        if finished:
+            gone = set(finished)
+            self.running = [r for r in self.running if r not in gone]
+        # Deferred to the start of the next iteration's forward phases (or now if idle):
+        # the ground-truth line, metrics and log lines, then the chunks. Doing it here would
+        # delay the next iteration (this thread wakes with cold caches), and waking the
+        # event loop earlier makes it compete with this thread for the GIL.
+        ntok = self._kv_tokens(self.running)
+        queue = len(self.waiting) + len(self._inbox)
+        self._pending_record = (kind, start, end, planned, len(batch), new, tokens, finished, actual, graph, gen,
+                                len(self.running), ntok, queue)
+        self._pending_events = events
+
+    def _record(self, kind: str, start: float, end: float, planned: float, batch: int, new: list[Request],
+                tokens: dict[str, int], finished: list[Request], actual: dict[str, float], graph: bool, gen: int,
+                running: int, ntok: int, queue: int) -> None:
+        """Ground truth, metrics and log lines of one finished iteration."""
+        a = self.args
+        it = {"kind": kind, "i": self.iteration, "start": start, "end": end, "batch": batch, "graph": graph,
+              "draft_s": actual.get("eagle_draft", 0.0) + actual.get("eagle_draft_extend", 0.0),
+              "verify_s": actual.get("target_verify", 0.0), "decode_s": actual.get("decode", 0.0),
+              "prefill_s": actual.get("extend", 0.0), "planned_s": planned, "tokens": tokens}
+        self.iteration += 1
+        self.truth.write(it)
+        for r in finished:
+            self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
+                              "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,
+                              "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct,
+                              "finish_reason": "length"}, flush=True)
+            self.metrics.on_finish(r.prompt_tokens, r.completion_tokens, r.spec_verify_ct, r.stream)
+        self.metrics.on_forward(actual, kind != "prefill", graph)
+        self.metrics.set_queues(running, queue)
+        usage = ntok / self.profile.kv_capacity_tokens.value
+        if kind == "prefill":
+            self._log_prefill(new, end, usage, running, queue)
+        else:
+            self._log_gen_tokens += gen
+            self.forward_ct_decode += 1
+            if self.forward_ct_decode % a.decode_log_interval == 0:
+                self._log_decode(batch, graph, end, ntok, usage, queue)
+
+    def _log_prefill(self, new: list[Request], now: float, usage: float, running: int, queue: int) -> None:
+        gap = now - self._prefill_tic
+        self._prefill_tic = now
+        ntok = sum(r.prompt_tokens for r in new)
+        self.log.info(prefill_batch_line(new_seq=len(new), new_token=ntok, token_usage=usage, running=running - len(new),
+                                         queue=queue, cuda_graph=False, input_throughput=ntok / gap if gap > 0 else 0.0))
+
+    def _log_decode(self, running: int, graph: bool, now: float, ntok: int, usage: float, queue: int) -> None:
+        """SGLang ``report_decode_stats`` at each ``decode_log_interval`` decode iterations."""
+        gap = now - self._log_tic
+        self._log_tic = now
+        thr = self._log_gen_tokens / gap if gap > 0 else 0.0
+        self._log_gen_tokens = 0
+        if self.record_step_time:
+            self.step_time_dict[running].append(gap / self.args.decode_log_interval)
+        acc_len = acc_rate = None
+        if self.accept is not None:
+            fct = self._log_forward_ct
+            acc_len = self._log_accept_tokens / fct if fct else 0.0
+            drafts = fct * ((self.args.speculative_num_draft_tokens or 2) - 1)
+            acc_rate = self._log_correct / drafts if drafts else 0.0
+            self._log_accept_tokens = self._log_correct = self._log_forward_ct = 0
+        self.log.info(decode_batch_line(running=running, num_tokens=ntok, token_usage=usage, accept_len=acc_len,
+                                        accept_rate=acc_rate, cuda_graph=graph, gen_throughput=thr, queue=queue))

@@ -1,0 +1,260 @@
+"""aiohttp front end of the emulator: SGLang 0.5.23's HTTP surfaces.
+
+Endpoints: ``GET /health``, ``/health_generate``, ``/server_info`` (and deprecated
+``/get_server_info``), ``/metrics``; ``POST /generate`` (SGLang native, SSE when
+``stream``), ``POST /v1/chat/completions`` (OpenAI format; ``sglext.spec_tokens_details``
+when ``return_spec_tokens_details``). ``meta_info`` keys follow
+``sglang/srt/managers/tokenizer_manager.py`` (``_calculate_spec_decoding_metrics``);
+``finish_reason`` follows ``schedule_batch.py:FINISH_LENGTH.to_json``; the server-info
+shape follows ``entrypoints/http_server.py:server_info`` and
+``scheduler_components/internal_state.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from lab.emulator.args import ServerArgs
+from lab.emulator.engine import Engine
+from lab.emulator.request import Request
+from lab.emulator.metrics import CONTENT_TYPE_LATEST, EmulatorMetrics
+from lab.emulator.profile import CostProfile
+
+__all__ = ["AppState", "build_app", "dispatch_events", "SGLANG_VERSION"]
+
+SGLANG_VERSION = "0.5.23"  # the SGLang build whose surfaces are emulated
+STATE_KEY = web.AppKey("emulator_state", object)
+
+
+@dataclasses.dataclass
+class AppState:
+    args: ServerArgs
+    profile: CostProfile
+    profile_path: Path
+    engine: Engine
+    metrics: EmulatorMetrics
+    startup_time: float
+
+
+def dispatch_events(events: list[tuple[Request, dict]]) -> None:
+    """Runs on the event loop: put each event into its request's asyncio.Queue."""
+    for req, ev in events:
+        if req.sink is not None:
+            req.sink.put_nowait(ev)
+
+
+def _prompt_tokens_from_text(text: str) -> int:
+    """Prompt length estimate: ``ceil(len(text) / 4)`` characters per token, at least 1."""
+    return max(1, math.ceil(len(text) / 4))
+
+
+def _final_meta(st: AppState, req: Request, ev: dict) -> dict[str, Any]:
+    m: dict[str, Any] = {"e2e_latency": ev["t"] - req.arrival}
+    a = st.args
+    if a.is_speculative and req.spec_verify_ct > 0:
+        proposed = req.spec_verify_ct * ((a.speculative_num_draft_tokens or 2) - 1)
+        m.update({
+            "spec_accept_rate": req.num_correct_drafts / proposed if proposed else 0.0,
+            "spec_accept_length": req.completion_tokens / req.spec_verify_ct,
+            "spec_num_correct_drafts": req.num_correct_drafts,
+            "spec_num_proposed_drafts": proposed,
+            "spec_verify_ct": req.spec_verify_ct,
+        })
+        if req.histogram:
+            m["spec_correct_drafts_histogram"] = list(req.histogram)
+    return m
+
+
+def _meta(st: AppState, req: Request, ev: dict) -> dict[str, Any]:
+    m: dict[str, Any] = {
+        "id": req.rid,
+        "finish_reason": {"type": "length", "length": req.max_new_tokens} if ev["finished"] else None,
+        "prompt_tokens": req.prompt_tokens,
+        "weight_version": "default",
+        "num_retractions": 0,
+        "reasoning_tokens": 0,
+        "completion_tokens": ev["ct"],
+        "cached_tokens": 0,
+    }
+    if ev["finished"]:
+        m.update(_final_meta(st, req, ev))
+    return m
+
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _submit(st: AppState, rid: str | None, prompt_tokens: int, max_new_tokens: int, stream: bool) -> Request:
+    req = Request(rid=rid or uuid.uuid4().hex, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
+                  stream=stream, sink=asyncio.Queue())
+    st.engine.submit(req)
+    return req
+
+
+def _bad(msg: str) -> web.Response:
+    return web.json_response({"error": {"message": msg, "type": "BadRequestError", "code": 400}}, status=400)
+
+
+async def _events(req: Request):
+    while True:
+        ev = await req.sink.get()
+        yield ev
+        if ev["finished"]:
+            return
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    st: AppState = request.app[STATE_KEY]
+    try:
+        body = await request.json()
+    except json.JSONDecodeError:
+        return _bad("body is not JSON")
+    text, ids = body.get("text"), body.get("input_ids")
+    if isinstance(text, list) or (isinstance(ids, list) and ids and isinstance(ids[0], list)):
+        return _bad("batched /generate is not supported by the emulator; send one prompt per request")
+    if ids is not None:
+        prompt_tokens = max(1, len(ids))
+    elif isinstance(text, str):
+        prompt_tokens = _prompt_tokens_from_text(text)
+    else:
+        return _bad("either text or input_ids must be provided")
+    sp = body.get("sampling_params") or {}
+    try:
+        max_new = int(sp.get("max_new_tokens", 128))
+    except (TypeError, ValueError):
+        return _bad("sampling_params.max_new_tokens must be an integer")
+    if max_new < 1:
+        return _bad("sampling_params.max_new_tokens must be >= 1")
+    stream = bool(body.get("stream", False))
+    req = _submit(st, body.get("rid"), prompt_tokens, max_new, stream)
+    if not stream:
+        async for ev in _events(req):
+            last = ev
+        return web.json_response({"text": " ".join(req.words[: last["ct"]]), "meta_info": _meta(st, req, last), "index": 0})
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    try:
+        async for ev in _events(req):
+            await resp.write(_sse({"text": " ".join(req.words[: ev["ct"]]), "meta_info": _meta(st, req, ev), "index": 0}))
+        await resp.write(b"data: [DONE]\n\n")
+    except (ConnectionResetError, asyncio.CancelledError):
+        req.aborted = True
+        raise
+    return resp
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    st: AppState = request.app[STATE_KEY]
+    try:
+        body = await request.json()
+    except json.JSONDecodeError:
+        return _bad("body is not JSON")
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        return _bad("messages must be a non-empty list")
+    prompt = "\n".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
+    max_new = int(body.get("max_completion_tokens") or body.get("max_tokens") or 128)
+    stream = bool(body.get("stream", False))
+    want_spec = bool(body.get("return_spec_tokens_details", False))
+    req = _submit(st, body.get("rid"), _prompt_tokens_from_text(prompt), max_new, stream)
+    cid, created, model = f"chatcmpl-{req.rid}", int(time.time()), st.args.served_model_name
+
+    def sglext(meta: dict) -> dict | None:
+        if not want_spec or "spec_verify_ct" not in meta:
+            return None
+        keys = ("spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",
+                "spec_verify_ct", "spec_correct_drafts_histogram")
+        return {"spec_tokens_details": {k: meta.get(k, [] if k.endswith("histogram") else 0) for k in keys}}
+
+    def usage(ct: int) -> dict:
+        return {"prompt_tokens": req.prompt_tokens, "completion_tokens": ct, "total_tokens": req.prompt_tokens + ct}
+
+    if not stream:
+        async for ev in _events(req):
+            last = ev
+        meta = _meta(st, req, last)
+        out = {"id": cid, "object": "chat.completion", "created": created, "model": model,
+               "choices": [{"index": 0, "message": {"role": "assistant", "content": " ".join(req.words[: last["ct"]])},
+                            "finish_reason": "length"}], "usage": usage(last["ct"])}
+        if (ext := sglext(meta)) is not None:
+            out["sglext"] = ext
+        return web.json_response(out)
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    sent = 0
+    async for ev in _events(req):
+        words = req.words[sent: ev["ct"]]
+        delta = (" " if sent else "") + " ".join(words)
+        sent = ev["ct"]
+        chunk: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": delta},
+                                              "finish_reason": "length" if ev["finished"] else None}]}
+        if ev["finished"] and (ext := sglext(_meta(st, req, ev))) is not None:
+            chunk["sglext"] = ext
+        await resp.write(_sse(chunk))
+    if include_usage:
+        await resp.write(_sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                               "choices": [], "usage": usage(sent)}))
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
+
+
+async def health(request: web.Request) -> web.Response:
+    st: AppState = request.app[STATE_KEY]
+    ok = st.engine.is_alive()
+    return web.Response(status=200 if ok else 503, text="" if ok else f"engine thread not running: {st.engine.error!r}")
+
+
+def server_info_dict(st: AppState) -> dict[str, Any]:
+    """The /server_info object (resolved args + emulator identity + internal_states)."""
+    info = st.args.to_dict()
+    info["emulator_profile"] = {"name": st.profile.name, "version": st.profile.version, "path": str(st.profile_path)}
+    info["engine"] = "emulator"
+    eng = st.engine
+    internal: dict[str, Any] = {"effective_max_running_requests_per_dp": st.args.max_running_requests}
+    if st.args.is_speculative and eng.avg_spec_accept_length is not None:
+        internal["avg_spec_accept_length"] = eng.avg_spec_accept_length
+    if eng.record_step_time:
+        for _ in range(3):  # the engine thread may append concurrently
+            try:
+                internal["step_time_dict"] = {k: list(v) for k, v in list(eng.step_time_dict.items())}
+                break
+            except RuntimeError:
+                continue
+    info.update({"startup_time": st.startup_time, "internal_states": [internal], "version": SGLANG_VERSION,
+                 "frontend": "python"})
+    return info
+
+
+async def server_info(request: web.Request) -> web.Response:
+    return web.json_response(server_info_dict(request.app[STATE_KEY]))
+
+
+async def metrics(request: web.Request) -> web.Response:
+    st: AppState = request.app[STATE_KEY]
+    return web.Response(body=st.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def build_app(state: AppState) -> web.Application:
+    """The aiohttp application serving ``state``."""
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[STATE_KEY] = state
+    app.router.add_get("/health", health)
+    app.router.add_get("/health_generate", health)
+    app.router.add_get("/server_info", server_info)
+    app.router.add_get("/get_server_info", server_info)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/generate", generate)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    return app

@@ -1,0 +1,76 @@
+"""Prometheus metrics with SGLang 0.5.23's names (``sglang/srt/observability/metrics_collector.py``).
+
+Own ``CollectorRegistry`` (no process/platform collectors). Label ``model_name`` like
+SGLang's ``SchedulerMetricsCollector``; ``prompt_tokens_total`` and
+``generation_tokens_total`` also carry ``is_streaming`` and are incremented when a request
+finishes (``observe_one_finished_request``). ``forward_execution_seconds_total`` is only
+fed when ``SGLANG_ENABLE_METRICS_DEVICE_TIMER=1``, like SGLang.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["EmulatorMetrics", "CONTENT_TYPE_LATEST", "FORWARD_CATEGORIES"]
+
+FORWARD_CATEGORIES = ("extend", "decode", "target_verify", "eagle_draft", "eagle_draft_extend")
+
+
+class EmulatorMetrics:
+    """Counters and gauges; safe to update from the engine thread."""
+
+    def __init__(self, model_name: str, device_timer: bool) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.labels = {"model_name": model_name}
+        self.device_timer = device_timer
+        ln = ["model_name"]
+        r = self.registry
+        self.num_running_reqs = Gauge("sglang:num_running_reqs", "The number of running requests.", ln, registry=r)
+        self.num_queue_reqs = Gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", ln, registry=r)
+        self.cuda_graph_passes_total = Counter(
+            "sglang:cuda_graph_passes_total", "Total number of forward passes categorized by CUDA graph.", ln + ["mode"], registry=r)
+        self.forward_execution_seconds_total = Counter(
+            "sglang:forward_execution_seconds_total",
+            "Total time that GPU is busy executing model forward passes. Refer to ForwardMode for category labels.",
+            ln + ["category"], registry=r)
+        self.prompt_tokens_total = Counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.", ln + ["is_streaming"], registry=r)
+        self.generation_tokens_total = Counter(
+            "sglang:generation_tokens_total", "Number of generation tokens processed.", ln + ["is_streaming"], registry=r)
+        self.spec_verify_calls_total = Counter(
+            "sglang:spec_verify_calls_total", "Number of speculative decoding verification calls.", ln, registry=r)
+        self.num_running_reqs.labels(**self.labels).set(0)
+        self.num_queue_reqs.labels(**self.labels).set(0)
+        # children cached: the engine thread updates them every iteration
+        self._passes = {
+            (dec, g): self.cuda_graph_passes_total.labels(**self.labels, mode=("decode_" if dec else "prefill_") + ("cuda_graph" if g else "none"))
+            for dec in (True, False) for g in (True, False)
+        }
+        self._fwd = {}
+        if device_timer:
+            self._fwd = {c: self.forward_execution_seconds_total.labels(**self.labels, category=c) for c in FORWARD_CATEGORIES}
+        self._running = self.num_running_reqs.labels(**self.labels)
+        self._queued = self.num_queue_reqs.labels(**self.labels)
+
+    def on_forward(self, phases: dict[str, float], is_decode: bool, graph: bool) -> None:
+        """One iteration: ``phases`` = {category: actual seconds}; one graph pass counted."""
+        if self.device_timer:
+            for cat, s in phases.items():
+                self._fwd[cat].inc(s)
+        self._passes[(is_decode, graph)].inc()
+
+    def on_finish(self, prompt_tokens: int, completion_tokens: int, spec_verify_ct: int, streaming: bool) -> None:
+        """One finished request (SGLang ``observe_one_finished_request``)."""
+        s = "true" if streaming else "false"
+        self.prompt_tokens_total.labels(**self.labels, is_streaming=s).inc(prompt_tokens)
+        self.generation_tokens_total.labels(**self.labels, is_streaming=s).inc(completion_tokens)
+        if spec_verify_ct > 0:
+            self.spec_verify_calls_total.labels(**self.labels).inc(spec_verify_ct)
+
+    def set_queues(self, running: int, queued: int) -> None:
+        self._running.set(running)
+        self._queued.set(queued)
+
+    def render(self) -> bytes:
+        """Prometheus text exposition."""
+        return generate_latest(self.registry)

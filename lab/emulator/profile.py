@@ -1,0 +1,235 @@
+"""Versioned cost profile of the emulator: how long each forward phase takes.
+
+A profile is a JSON file (``lab/emulator/profiles/<name>.json`` or any path) validated by
+:class:`CostProfile` (pydantic, unknown keys forbidden). Every numeric constant is a
+``{"value": ..., "source": "..."}`` pair so that the file itself says where each number
+comes from (a seed measurement, ``/work/shared/physics-h200.json`` or an explicit
+assumption). :func:`load_profile` raises :class:`ProfileError` naming the file and the key.
+
+Cost model (all results in seconds; ``kv_tokens`` is the total KV context of the batch,
+summed over its sequences, in tokens)::
+
+    prefill_s(n)      = prefill.base_ms + prefill.per_token_ms * n
+    decode_s(b, kv, g)= (decode.graph_ms_bs1 + decode.per_extra_seq_ms*(b-1)) * (1 if g else eager_over_graph)
+                        + decode.kv_ms_per_1k_tokens * kv/1000
+    verify_s(b, t, kv, mode, g)
+                      = (ref_ms + per_extra_token_ms*(t-ref_tokens) + per_extra_seq_ms*(b-1))
+                        + kv_ms_per_1k_tokens[mode] * kv/1000
+                        where ref_ms = graph_ms_ref if g else eager_ms_ref
+    draft_s(b, steps) = eagle_draft_s + eagle_draft_extend_s   (see :meth:`CostProfile.draft_parts_s`)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = ["ProfileError", "CostProfile", "load_profile", "PROFILES_DIR", "accept_prob_for_mean"]
+
+PROFILES_DIR = Path(__file__).parent / "profiles"
+
+
+class ProfileError(ValueError):
+    """A cost profile is missing or invalid; the message names the file and the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Num(_Strict):
+    """A constant with its provenance."""
+
+    value: float
+    source: str = Field(min_length=1)
+
+
+class Flag(_Strict):
+    """A boolean with its provenance."""
+
+    value: bool
+    source: str = Field(min_length=1)
+
+
+class PrefillCost(_Strict):
+    base_ms: Num
+    per_token_ms: Num
+
+
+class DecodeCost(_Strict):
+    graph_ms_bs1: Num
+    per_extra_seq_ms: Num
+    eager_over_graph: Num
+    kv_ms_per_1k_tokens: Num
+
+
+class VerifyModeCost(_Strict):
+    graph_captured: Flag
+    kv_ms_per_1k_tokens: Num
+
+
+class VerifyCost(_Strict):
+    ref_tokens: int = Field(ge=1)
+    graph_ms_ref: Num
+    eager_ms_ref: Num
+    per_extra_token_ms: Num
+    per_extra_seq_ms: Num
+    modes: dict[Literal["prefill", "decode"], VerifyModeCost]
+
+
+class DraftCost(_Strict):
+    eagle_draft_ms_per_step: Num
+    eagle_draft_per_extra_seq_ms: Num
+    eagle_draft_extend_ms: Num
+    eagle_draft_extend_per_extra_seq_ms: Num
+
+
+class AcceptanceModel(_Strict):
+    p_accept_per_draft_token: Num
+
+
+class CostProfile(_Strict):
+    """A validated cost profile. Methods return seconds."""
+
+    name: str
+    version: int = Field(ge=1)
+    description: str
+    prefill: PrefillCost
+    decode: DecodeCost
+    verify: VerifyCost
+    draft: DraftCost
+    acceptance: AcceptanceModel
+    scheduler_overhead_ms: Num
+    kv_capacity_tokens: Num
+
+    def prefill_s(self, num_new_tokens: int) -> float:
+        """Cost (s) of one prefill (extend) forward over ``num_new_tokens`` prompt tokens."""
+        return (self.prefill.base_ms.value + self.prefill.per_token_ms.value * max(0, num_new_tokens)) / 1e3
+
+    def decode_s(self, batch: int, kv_tokens: int, graph: bool) -> float:
+        """Cost (s) of one decode step of ``batch`` sequences (1 token each).
+
+        ``graph`` False multiplies the compute part by ``decode.eager_over_graph``.
+        """
+        d = self.decode
+        ms = d.graph_ms_bs1.value + d.per_extra_seq_ms.value * max(0, batch - 1)
+        if not graph:
+            ms *= d.eager_over_graph.value
+        ms += d.kv_ms_per_1k_tokens.value * kv_tokens / 1000.0
+        return ms / 1e3
+
+    def verify_graph_captured(self, attention_mode: str) -> bool:
+        """Whether target-verify runs in a CUDA graph in ``attention_mode`` (prefill|decode).
+
+        :raises ProfileError: mode not in the profile.
+        """
+        return self._mode(attention_mode).graph_captured.value
+
+    def _mode(self, attention_mode: str) -> VerifyModeCost:
+        try:
+            return self.verify.modes[attention_mode]  # type: ignore[index]
+        except KeyError:
+            raise ProfileError(
+                f"profile {self.name}: verify.modes has no attention mode {attention_mode!r} "
+                f"(has {sorted(self.verify.modes)})"
+            ) from None
+
+    def verify_s(self, batch: int, tokens_per_seq: int, kv_tokens: int, attention_mode: str, graph: bool) -> float:
+        """Cost (s) of one target-verify forward: ``batch`` sequences x ``tokens_per_seq`` tokens.
+
+        ``graph`` is whether this step replays a CUDA graph (the caller combines
+        :meth:`verify_graph_captured` with the batch limit and ``--disable-cuda-graph``).
+        """
+        v = self.verify
+        ref = v.graph_ms_ref.value if graph else v.eager_ms_ref.value
+        ms = ref + v.per_extra_token_ms.value * (tokens_per_seq - v.ref_tokens) + v.per_extra_seq_ms.value * max(0, batch - 1)
+        ms += self._mode(attention_mode).kv_ms_per_1k_tokens.value * kv_tokens / 1000.0
+        return max(ms, 0.0) / 1e3
+
+    def draft_parts_s(self, batch: int, num_steps: int) -> tuple[float, float]:
+        """``(eagle_draft_s, eagle_draft_extend_s)`` of one speculative cycle.
+
+        eagle_draft: ``num_steps`` draft-model decode steps; eagle_draft_extend: the draft
+        model's extend over the accepted tokens after verify.
+        """
+        d = self.draft
+        extra = max(0, batch - 1)
+        draft = num_steps * (d.eagle_draft_ms_per_step.value + d.eagle_draft_per_extra_seq_ms.value * extra)
+        extend = d.eagle_draft_extend_ms.value + d.eagle_draft_extend_per_extra_seq_ms.value * extra
+        return draft / 1e3, extend / 1e3
+
+    def draft_s(self, batch: int, num_steps: int) -> float:
+        """Total draft cost (s) of one cycle: eagle_draft + eagle_draft_extend."""
+        return sum(self.draft_parts_s(batch, num_steps))
+
+    @property
+    def overhead_s(self) -> float:
+        """Per-iteration scheduler (CPU) overhead in seconds, outside any forward."""
+        return self.scheduler_overhead_ms.value / 1e3
+
+    @property
+    def p_accept(self) -> float:
+        """Per-draft-token accept probability of a chain (topk 1) draft."""
+        return self.acceptance.p_accept_per_draft_token.value
+
+
+def accept_prob_for_mean(mean_accept_length: float, num_steps: int) -> float:
+    """p such that ``1 + p + ... + p**num_steps == mean_accept_length`` (bisection).
+
+    Chain draft, each draft token accepted with probability p given its prefix was.
+    :raises ValueError: mean outside ``[1, num_steps + 1]``.
+    """
+    if not 1.0 <= mean_accept_length <= num_steps + 1:
+        raise ValueError(f"mean accept length {mean_accept_length} outside [1, {num_steps + 1}]")
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if sum(mid**k for k in range(num_steps + 1)) < mean_accept_length:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _resolve(name_or_path: str | Path) -> Path:
+    p = Path(name_or_path)
+    if p.suffix == ".json" or p.is_file() or "/" in str(name_or_path):
+        return p
+    return PROFILES_DIR / f"{name_or_path}.json"
+
+
+def load_profile(name_or_path: str | Path) -> tuple[CostProfile, Path]:
+    """Load and validate a profile by bundled name or path.
+
+    :returns: ``(profile, resolved_path)``.
+    :raises ProfileError: missing file, bad JSON, or an invalid key (``file: key: problem``).
+    """
+    path = _resolve(name_or_path)
+    if not path.is_file():
+        known = sorted(q.stem for q in PROFILES_DIR.glob("*.json"))
+        raise ProfileError(f"{path}: cost profile not found. Fix: use one of {known} or a path to a JSON file")
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{path}: not valid JSON ({exc})") from exc
+    try:
+        prof = CostProfile.model_validate(raw)
+    except ValidationError as exc:
+        lines = [f"{path}: invalid cost profile:"]
+        for e in exc.errors():
+            key = ".".join(str(x) for x in e["loc"]) or "(top level)"
+            msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+            lines.append(f"  {key}: {msg}")
+        raise ProfileError("\n".join(lines)) from None
+    for label, v in (("decode.graph_ms_bs1", prof.decode.graph_ms_bs1.value),
+                     ("verify.graph_ms_ref", prof.verify.graph_ms_ref.value),
+                     ("acceptance.p_accept_per_draft_token", prof.p_accept)):
+        if not math.isfinite(v) or v < 0:
+            raise ProfileError(f"{path}: {label}: must be a finite non-negative number (got {v})")
+    if prof.p_accept > 1:
+        raise ProfileError(f"{path}: acceptance.p_accept_per_draft_token: must be <= 1 (got {prof.p_accept})")
+    return prof, path

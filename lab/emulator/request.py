@@ -1,0 +1,64 @@
+"""One generation request as the engine sees it, and the fake text it generates.
+
+Generated text: one word per token from :data:`VOCAB`, drawn by a ``random.Random``
+seeded with ``crc32(f"{random_seed}:{rid}")`` (reproducible per request, not a repeating
+loop). The client counts tokens from ``meta_info.completion_tokens``, never from words.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+import zlib
+from typing import Any
+
+__all__ = ["Request", "VOCAB"]
+
+VOCAB = (
+    "the of and to in is that for it as was with be by on not he this are or his from at which but have "
+    "an they you were her she there been one all we their has would when if so no will more about can "
+    "model token draft verify graph kernel batch layer memory cache tensor server request stream latency "
+    "throughput decode prefill attention expert router weight shard rank step cycle window context prompt "
+    "answer question reason result number value table figure measure time speed error ratio mean median "
+    "river mountain garden window letter village morning evening summer winter friend story music color "
+    "quiet bright simple careful rapid gentle ancient modern useful certain common public private early "
+    "build run read write check compare explain describe improve reduce increase observe predict follow"
+).split()
+
+
+@dataclasses.dataclass(eq=False)
+class Request:
+    """One generation request. Times are perf_counter seconds; token counts are ints.
+
+    ``sink`` is an opaque handle for the engine's ``deliver`` callback (the HTTP layer
+    uses an ``asyncio.Queue``). The engine thread mutates the counters; the HTTP layer
+    reads ``words[:ct]`` with ``ct`` from each event, and the spec counters once finished.
+    """
+
+    rid: str
+    prompt_tokens: int
+    max_new_tokens: int
+    stream: bool = True
+    arrival: float = dataclasses.field(default_factory=time.perf_counter)
+    sink: Any = None  # opaque handle for the deliver callback (e.g. an asyncio.Queue)
+    completion_tokens: int = 0
+    spec_verify_ct: int = 0
+    num_correct_drafts: int = 0
+    histogram: list[int] = dataclasses.field(default_factory=list)
+    first_token: float | None = None
+    last_token: float | None = None
+    words: list[str] = dataclasses.field(default_factory=list)
+    finished: bool = False
+    aborted: bool = False  # set by the HTTP layer when the client went away
+    _rng: random.Random | None = None
+
+    def add_tokens(self, n: int, seed: int) -> None:
+        if self._rng is None:
+            self._rng = random.Random(zlib.crc32(f"{seed}:{self.rid}".encode()))
+        self.words.extend(self._rng.choice(VOCAB) for _ in range(n))
+        self.completion_tokens += n
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.words)
