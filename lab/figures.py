@@ -50,7 +50,7 @@ def decode_tok_s_figure(runs: pd.DataFrame, summary: dict[str, Any]):
     ax.set_ylabel("decode tok/s per request (mean of repeats, 95 % CI)")
     ax.set_title("Decode throughput by mode")
     for c in ax.containers:
-        ax.bar_label(c, fmt="%.1f", fontsize=7, padding=2)
+        ax.bar_label(c, fmt="%.1f", fontsize=7, label_type="center", color="white")
     _caption(fig, summary)
     return fig
 
@@ -67,7 +67,7 @@ def latency_figure(runs: pd.DataFrame, summary: dict[str, Any]):
     ax.set_ylabel(f"ms per decode iteration at concurrency {lowest} (95 % CI)")
     ax.set_title("Where a decode iteration's time goes (verify + draft = speculative cycle)")
     for c in ax.containers:
-        ax.bar_label(c, fmt="%.1f", fontsize=7, padding=2)
+        ax.bar_label(c, fmt="%.1f", fontsize=7, label_type="center", color="white")
     _caption(fig, summary)
     return fig
 

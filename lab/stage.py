@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Exception as exc:  # papermill's error already printed the failing cell
         name = type(exc).__name__
-        print(f"error: stage {args.stage}{' ' + args.mode if args.mode else ''} failed ({name}); "
+        print(f"error: stage {args.stage}{' ' + args.mode if args.mode else ''} failed ({name}: {exc}); "
               f"see the executed notebook under results/ and the server log", file=sys.stderr)
         return 1
     print(f"[lab] executed notebook: {out}")

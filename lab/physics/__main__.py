@@ -1,0 +1,5 @@
+"""``python -m lab.physics``: see :mod:`lab.physics.cli`."""
+
+from lab.physics.cli import main
+
+raise SystemExit(main())
