@@ -78,7 +78,7 @@ def _log_executed_notebook(params: LabParams, notebook: Path) -> None:
 
     from lab.tracking import TrackingError, attach_artifact
 
-    for candidate in ("result.json", "comparison.json"):
+    for candidate in ("result.json", "comparison.json", "mlflow_run.json"):
         rec = notebook.parent / candidate
         if rec.is_file() and notebook.is_file():
             try:

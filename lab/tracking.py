@@ -180,3 +180,37 @@ def attach_artifact(params: LabParams, run_id: str, path: str | os.PathLike[str]
         MlflowClient(tracking_uri=uri).log_artifact(run_id, str(path))
     except Exception as exc:
         raise TrackingError(f"MLflow log artifact failed at {uri}: {exc}") from exc
+
+
+def log_physics(params: LabParams, metrics: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> str | None:
+    """Log the GPU stage's result as one MLflow run; returns its id (None if MLflow failed).
+
+    Per-T medians go in as step metrics (step = T tokens per forward): ``eager_ms_p50``,
+    ``graph_ms_p50``, ``floor_ms``; the verify/decode ratios and the copy bandwidth as plain
+    metrics. A "not run" status is logged as such, with no numbers.
+    """
+    out = Path(out_dir)
+    status = str(metrics.get("status", "unknown"))
+    device = metrics.get("device") or {}
+    tags = {**run_tags(params, mode=None), "engine": "pytorch-physics", "stage": "physics",
+            "status": status, "gpu": str(device.get("name", "none"))}
+    tags.pop("emulator_profile", None)
+    tags.pop("sglang_version", None)
+    try:
+        run = open_run(params, run_name=f"physics | tp={metrics.get('tp', params.physics.tp)} | "
+                       f"{device.get('name', status)}", tags=tags)
+        run.log_params(flatten_params({"physics": params.physics.model_dump()}))
+        for row in metrics.get("rows") or []:
+            run.log_metrics({k: row.get(k) for k in ("eager_ms_p50", "eager_ms_p90", "graph_ms_p50",
+                                                     "graph_ms_p90", "floor_ms")}, step=int(row["T"]))
+        flat = {f"ratio_{k}": v for k, v in (metrics.get("ratios") or {}).items()}
+        flat["copy_bandwidth_gb_s"] = metrics.get("copy_bandwidth_gb_s")
+        run.log_metrics(flat)
+        run.log_artifact(out / "metrics.json")
+        for name in metrics.get("figures") or []:
+            run.log_artifact(out / name, "figures")
+        run.finish("FINISHED" if status == "ok" or status.startswith("not run") else "FAILED")
+        return run.run_id
+    except TrackingError as exc:
+        print(f"[lab] MLflow logging of the physics stage failed ({exc}); results are in {out}")
+        return None

@@ -121,6 +121,9 @@ def test_mlflow_holds_mode_runs_and_comparison(repo):
         assert run.data.metrics["decode_tok_s"] > 0
         arts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert {"server.log", "requests.jsonl", "bench.ipynb", "metrics.json"} <= arts
+    physics = [r for r in runs if r.data.tags.get("stage") == "physics"]
+    assert len(physics) == 1 and physics[0].data.tags["status"].startswith("not run")
+    assert not [k for k in physics[0].data.metrics if k.startswith("graph_ms")]  # no invented numbers
     compare = [r for r in runs if r.info.run_name.startswith("compare")]
     assert len(compare) == 1
     figs = {a.path for a in client.list_artifacts(compare[0].info.run_id, "figures")}
