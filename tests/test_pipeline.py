@@ -24,6 +24,14 @@ SMALL_BENCH = {"num_prompts": 4, "max_new_tokens": 40, "concurrency": [1, 4], "w
                "repeats": 2}
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def _dvc(repo: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     dvc = Path(sys.executable).with_name("dvc")
     # dvc.yaml runs `python -m lab.stage`: the lab's interpreter must come first on PATH.
@@ -45,7 +53,7 @@ def repo(tmp_path_factory) -> Path:
     shutil.copy(ROOT / ".dvc" / "config", repo / ".dvc" / "config")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["bench"].update(SMALL_BENCH)
-    params["server"]["port"] = 30517
+    params["server"]["port"] = _free_port()
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     proc = _dvc(repo, "repro")
