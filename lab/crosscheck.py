@@ -146,6 +146,8 @@ def window_server_timing(prom_before: str, prom_after: str, info_before: Mapping
         server[k] = None  # not applicable to this mode (0 would read as a measurement)
     parts = [server[k] for k in ("verify_ms", "draft_ms", "decode_ms") if server.get(k) is not None]
     server["gpu_cycle_ms"] = sum(parts) if parts else None
+    v, cyc = server.get("verify_ms"), server["gpu_cycle_ms"]
+    server["verify_share"] = v / cyc if v is not None and cyc else None
     server["step_time_ms"] = M.step_time_ms(info_before, info_after)
     server.update(log_window_timing(log_text))
     return server
