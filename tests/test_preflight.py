@@ -167,3 +167,27 @@ def test_weights_in_hf_cache_and_local(tmp_path, monkeypatch):
     (local / "config.json").write_text("{}")
     assert weights_check("model", str(local)).status == OK
     assert weights_check("model", str(tmp_path / "nope")).status == FAIL
+
+
+def test_run_mode_stops_in_seconds_on_failed_preflight(tmp_path, monkeypatch):
+    """engine sglang on a machine without GPUs: the stage fails before any launch, with the
+    table in result.json and a failed metrics.json."""
+    import json
+
+    from lab.bench import run_mode
+    from lab.preflight import PreflightError
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    base = load_params(ROOT / "params.yaml")
+    p = load_params(ROOT / "params.yaml", overrides={
+        "engine": "sglang", "mlflow": {"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "t"}})
+    out = tmp_path / "baseline"
+    t0 = time.monotonic()
+    with pytest.raises(PreflightError, match="no NVIDIA GPU"):
+        run_mode(p, "baseline", out, log=lambda *a: None)
+    assert time.monotonic() - t0 < 60
+    assert json.loads((out / "metrics.json").read_text())["status"] == "failed"
+    res = json.loads((out / "result.json").read_text())
+    assert res["preflight"]["ok"] is False and "NOT READY" in res["preflight"]["verdict"]
+    assert not (out / "server.log").exists()  # nothing was launched
+    assert base.engine == "emulator"
