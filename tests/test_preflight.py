@@ -93,8 +93,18 @@ def params():
     return load_params(ROOT / "params.yaml").model_copy(update={"engine": "sglang"})
 
 
-def test_doctor_emulator_ready(capsys):
-    assert lab_main(["doctor", "--engine", "emulator"]) == 0
+def test_doctor_emulator_ready(capsys, tmp_path):
+    import socket
+
+    import yaml
+
+    with socket.socket() as s:  # another checkout's `dvc repro` may hold the default port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["server"]["port"] = port
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    assert lab_main(["doctor", "--engine", "emulator", "--params", str(tmp_path / "params.yaml")]) == 0
     out = capsys.readouterr().out
     assert "READY: engine emulator" in out and "NOT READY" not in out
     assert "port" in out and "disk" in out and "dataset" in out
