@@ -315,10 +315,15 @@ def _log_telemetry(run: RunHandle, gpu: GpuSampler, step0: int, log) -> None:
 
 def _write_results(out: Path, result: dict[str, Any], runs: list[dict[str, Any]]) -> None:
     """``result.json`` (everything), ``runs.json`` (per level x repeat) and the lean
-    ``metrics.json`` that DVC shows: status, engine and the flat headline numbers."""
+    ``metrics.json`` that DVC shows: status, engine, the flat headline numbers,
+    ``startup_s`` and the effective configuration."""
     write_json_atomic(out / "runs.json", runs)
     write_json_atomic(out / "result.json", result)
     lean = {"status": result["status"], "engine": result["engine"], **result.get("headline", {})}
+    if result.get("startup"):
+        lean["startup_s"] = result["startup"].get("startup_s")
+    if result.get("effective_config"):  # what the server resolved (DVC shows it beside the numbers)
+        lean["effective"] = {k: (str(v) if isinstance(v, list) else v) for k, v in result["effective_config"].items()}
     if "error" in result:
         lean["error"] = result["error"]
     write_json_atomic(out / "metrics.json", lean)
