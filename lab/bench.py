@@ -3,13 +3,16 @@
 :func:`run_mode` is what ``notebooks/bench.ipynb`` calls. It wires the other modules
 together and owns no measurement logic (guidellm ``benchmark/benchmarker.py`` shape):
 
-1. checks that can fail fast (results dir writable, dataset, MLflow reachable) run
-   before any server starts;
-2. the engine starts in its own process group (:mod:`lab.server`); its effective
-   configuration is read back from ``/server_info`` (:mod:`lab.effective`);
+1. checks that can fail fast (results dir writable, dataset, MLflow reachable, then
+   :mod:`lab.preflight`: GPUs, SGLang, the argv through SGLang's parser, weights, port,
+   disk) run before any server starts; the environment is captured (:mod:`lab.envcapture`);
+2. the engine starts in its own process group (:mod:`lab.server`), its startup phases
+   followed in its log (:mod:`lab.startup`); its effective configuration is read back from
+   ``/server_info`` (:mod:`lab.effective`);
 3. warm-up requests, then for each concurrency level and repeat: ``/metrics`` and
    ``/server_info`` scraped before and after, requests streamed (:mod:`lab.client`),
-   summarised (:mod:`lab.metrics`);
+   GPUs sampled (:mod:`lab.telemetry`), summarised (:mod:`lab.metrics`) and cross-checked
+   against the server's own timing and log window (:mod:`lab.crosscheck`);
 4. results are written atomically under ``results/<mode>/`` and logged to MLflow
    (:mod:`lab.tracking`). A failure leaves ``metrics.json`` with ``"status": "failed"``,
    what was measured so far, the server log, and a FAILED MLflow run.
@@ -28,8 +31,13 @@ from typing import Any
 from lab import client, metrics as M, stats
 from lab.config import LabParams, repo_root
 from lab.dataset import load_prompts, workload
+from lab.crosscheck import LogWindow, add_cross_checks, window_server_timing
 from lab.effective import effective_config
-from lab.server import ServerProcess, build_server_command
+from lab.envcapture import capture_environment
+from lab.preflight import format_table, run_preflight
+from lab.server import ServerProcess, build_server_command, stop_stale_servers
+from lab.startup import StartupTracker
+from lab.telemetry import GpuSampler
 from lab.tracking import RunHandle, TrackingError, flatten_params, open_run, run_tags
 
 __all__ = ["run_mode", "HEADLINE_METRICS", "BenchError", "write_json_atomic", "level_key"]
@@ -39,7 +47,11 @@ HEADLINE_METRICS: tuple[str, ...] = (
     "decode_tok_s", "output_tok_s", "accept_length", "cycle_ms", "verify_ms", "draft_ms",
     "decode_ms", "verify_graph_fraction", "p50_ttft_ms", "p50_itl_ms", "p50_icl_ms",
     "p50_tpot_ms", "p99_itl_ms", "server_step_ms", "error_rate", "p50_dispatch_delay_ms",
+    "gpu_cycle_ms", "log_verify_graph_fraction", "crosscheck_disagreements",
 )
+
+#: GPU telemetry sampling period, seconds (DESIGN: 1 s or faster).
+TELEMETRY_INTERVAL_S = 0.5
 
 
 class BenchError(RuntimeError):
@@ -96,7 +108,34 @@ def _aggregate(runs: list[dict[str, Any]], level: int) -> dict[str, Any]:
             mean, lo, hi = stats.mean_ci(values)
             out[key] = {"mean": mean, "ci95_lo": lo, "ci95_hi": hi, "values": values}
     out["token_accounting_ok"] = all(r.get("token_accounting_ok", True) for r in rows)
+    out["crosscheck_flags"] = [f"repeat {r.get('repeat')}: {f}" for r in rows
+                               for f in (r.get("crosscheck") or {}).get("flags", [])]
+    out["gpu_telemetry"] = _telemetry_level([r.get("gpu_telemetry") for r in rows])
     return out
+
+
+def _telemetry_level(summaries: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """Per GPU over the level's repeats: mean SM clock, lowest clock/max ratio, mean power,
+    peak memory; or the "no GPU telemetry" note."""
+    got = [s for s in summaries if s and s.get("available")]
+    if not got:
+        notes = {s.get("note") for s in summaries if s}
+        return {"available": False, "note": "; ".join(sorted(n for n in notes if n)) or "no GPU telemetry"}
+    per_gpu: dict[int, list[dict[str, Any]]] = {}
+    for s in got:
+        for g in s["gpus"]:
+            per_gpu.setdefault(g["gpu"], []).append(g)
+
+    def agg(rows, key, fn):
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        return fn(vals) if vals else None
+
+    mean = lambda v: sum(v) / len(v)  # noqa: E731
+    return {"available": True, "gpus": [
+        {"gpu": i, "name": rows[0].get("name"), "sm_clock_mhz_mean": agg(rows, "sm_clock_mhz_mean", mean),
+         "sm_clock_frac_of_max_min": agg(rows, "sm_clock_frac_of_max", min),
+         "gpu_util_pct_mean": agg(rows, "gpu_util_pct_mean", mean), "power_w_mean": agg(rows, "power_w_mean", mean),
+         "mem_used_gib_max": agg(rows, "mem_used_gib_max", max)} for i, rows in sorted(per_gpu.items())]}
 
 
 def _ground_truth(truth_path: Path, records: list[dict[str, Any]], levels: list[int]) -> dict[str, Any]:
@@ -180,14 +219,27 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                               "mlflow_run_id": result_run_id, "server_command": cmd.display()}
     runs: list[dict[str, Any]] = []
     records_all: list[dict[str, Any]] = []
+    telemetry_step = 0
     try:
         run.log_params(flatten_params({"engine": params.engine, "mode_name": mode_name,
                                        "model": params.model.model_dump(), "server": params.server.model_dump(),
                                        "mode": params.mode(mode_name).model_dump(), "bench": b.model_dump(),
                                        **({"emulator": params.emulator.model_dump()} if params.engine == "emulator" else {})}))
+        stop_stale_servers(log=log)  # a stale server on our port would fail the port check
+        pre = run_preflight(params, [mode_name], python=cmd.argv[0], results_dir=out)
+        result["preflight"] = pre.to_dict()
+        log(f"[lab] {mode_name}: preflight\n{format_table(pre)}")
+        pre.raise_if_failed()
+        result["environment_tags"] = capture_environment(out / "environment", python=cmd.argv[0],
+                                                         server_env=cmd.env, engine=params.engine)
         with _sigterm_as_exit(), ServerProcess(cmd, out / "server.log") as srv:
             log(f"[lab] {mode_name}: starting {params.engine}: {cmd.display()}")
-            result["startup_s"] = srv.wait_ready(params.server.startup_timeout_s)
+            tracker = StartupTracker(out / "server.log", desc=f"{mode_name} startup")
+            try:
+                startup_s = srv.wait_ready(params.server.startup_timeout_s, on_poll=tracker.poll)
+            finally:
+                result["startup"] = tracker.finish(time.perf_counter() - (srv.started_at or time.perf_counter()))
+            result["startup"]["startup_s"] = result["startup_s"] = startup_s
             info = client.fetch_json(srv.base_url + "/server_info")
             result["engine_version"] = str(info.get("version", "unknown"))
             result["effective_config"] = effective_config(info)
@@ -204,12 +256,16 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                         texts = workload(prompts, b.num_prompts, b.seed + rep)
                         prom0 = client.fetch_text(srv.base_url + "/metrics")
                         info0 = client.fetch_json(srv.base_url + "/server_info")
-                        recs = client.run_requests_sync(
-                            srv.base_url, texts, concurrency=c, max_new_tokens=b.max_new_tokens,
-                            temperature=b.temperature, timeout_s=b.request_timeout_s,
-                            rid_prefix=f"{mode_name}-c{c}-r{rep}",
-                            progress_desc=f"{mode_name} c={c} repeat {rep + 1}/{b.repeats}",
-                            mode=mode_name, repeat=rep)
+                        log_window = LogWindow(out / "server.log")
+                        with GpuSampler(TELEMETRY_INTERVAL_S) as gpu:
+                            recs = client.run_requests_sync(
+                                srv.base_url, texts, concurrency=c, max_new_tokens=b.max_new_tokens,
+                                temperature=b.temperature, timeout_s=b.request_timeout_s,
+                                rid_prefix=f"{mode_name}-c{c}-r{rep}",
+                                progress_desc=f"{mode_name} c={c} repeat {rep + 1}/{b.repeats}",
+                                mode=mode_name, repeat=rep)
+                        _log_telemetry(run, gpu, telemetry_step, log)
+                        telemetry_step += len(gpu.step_metrics())
                         for r in recs:
                             r["concurrency"] = c
                             req_file.write(json.dumps(r) + "\n")
@@ -218,16 +274,18 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                         if not srv.alive():
                             raise BenchError(f"engine died during {mode_name} c={c} repeat {rep}; "
                                              f"see {out / 'server.log'}")
-                        server = M.server_timing(prom0, client.fetch_text(srv.base_url + "/metrics"))
-                        for k in (("decode_ms",) if spec else ("verify_ms", "draft_ms")):
-                            server[k] = None  # not applicable to this mode (0 would read as a measurement)
-                        server["step_time_ms"] = M.step_time_ms(info0, client.fetch_json(srv.base_url + "/server_info"))
+                        server = window_server_timing(
+                            prom0, client.fetch_text(srv.base_url + "/metrics"), info0,
+                            client.fetch_json(srv.base_url + "/server_info"), log_window.read(),
+                            speculative=spec)
                         window = M.measured_window_s(recs)
                         if not window:
                             raise BenchError(f"no request succeeded at c={c} repeat {rep}: "
                                              f"{recs[0].get('error') if recs else 'no requests'}")
-                        summary = M.summarize_run(recs, wall_s=window, server=server)
-                        summary.update(concurrency=c, repeat=rep)
+                        summary = add_cross_checks(M.summarize_run(recs, wall_s=window, server=server))
+                        summary.update(concurrency=c, repeat=rep, gpu_telemetry=gpu.summary())
+                        for flag in summary["crosscheck"]["flags"]:
+                            log(f"[lab] {mode_name} c={c} repeat {rep}: CROSS-CHECK: {flag}")
                         runs.append(summary)
         result["levels"] = {level_key(c): _aggregate(runs, c) for c in levels}
         if truth_path is not None and truth_path.exists():
@@ -245,12 +303,27 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     return result
 
 
+def _log_telemetry(run: RunHandle, gpu: GpuSampler, step0: int, log) -> None:
+    """GPU samples of one window as MLflow step metrics ``gpu<i>.<field>`` (steps continue
+    across windows); a tracking failure is reported, the run goes on."""
+    try:
+        for step, values in gpu.step_metrics():
+            run.log_metrics(values, step=step0 + step)
+    except TrackingError as exc:
+        log(f"[lab] MLflow telemetry logging failed ({exc}); the summary stays in result.json")
+
+
 def _write_results(out: Path, result: dict[str, Any], runs: list[dict[str, Any]]) -> None:
     """``result.json`` (everything), ``runs.json`` (per level x repeat) and the lean
-    ``metrics.json`` that DVC shows: status, engine and the flat headline numbers."""
+    ``metrics.json`` that DVC shows: status, engine, the flat headline numbers,
+    ``startup_s`` and the effective configuration."""
     write_json_atomic(out / "runs.json", runs)
     write_json_atomic(out / "result.json", result)
     lean = {"status": result["status"], "engine": result["engine"], **result.get("headline", {})}
+    if result.get("startup"):
+        lean["startup_s"] = result["startup"].get("startup_s")
+    if result.get("effective_config"):  # what the server resolved (DVC shows it beside the numbers)
+        lean["effective"] = {k: (str(v) if isinstance(v, list) else v) for k, v in result["effective_config"].items()}
     if "error" in result:
         lean["error"] = result["error"]
     write_json_atomic(out / "metrics.json", lean)
@@ -259,14 +332,21 @@ def _write_results(out: Path, result: dict[str, Any], runs: list[dict[str, Any]]
 def _finish_tracking(run: RunHandle, out: Path, result: dict[str, Any], status: str, log) -> None:
     """Log metrics and artifacts; a tracking failure keeps the results and says how to re-log."""
     try:
-        run.set_tags({"status": result["status"], "engine_version": result.get("engine_version", "unknown")})
+        run.set_tags({"status": result["status"], "engine_version": result.get("engine_version", "unknown"),
+                      **result.get("environment_tags", {})})
         run.log_metrics(result.get("headline", {}))
+        startup = result.get("startup") or {}
+        run.log_metrics({"startup_s": startup.get("startup_s"),
+                         **{f"startup.{k}": v for k, v in (startup.get("phases") or {}).items()}})
         for key, agg in result.get("levels", {}).items():
-            run.log_metrics({m: v["mean"] for m, v in agg.items() if isinstance(v, dict)},
+            run.log_metrics({m: v["mean"] for m, v in agg.items() if isinstance(v, dict) and "mean" in v},
                             step=agg["concurrency"])
         # The executed notebook is logged by lab.stage once papermill has written it.
         for name in ("metrics.json", "result.json", "runs.json", "requests.jsonl", "server.log", "ground_truth.jsonl"):
             run.log_artifact(out / name)
+        env_dir = out / "environment"
+        for path in sorted(env_dir.glob("*")) if env_dir.is_dir() else []:
+            run.log_artifact(path, "environment")
         run.finish(status)
     except TrackingError as exc:
         log(f"[lab] MLflow logging failed ({exc}); results are safe in {out}. "

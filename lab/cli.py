@@ -3,6 +3,10 @@
 - ``lab log results/<mode>``: log a mode's results to MLflow again (after the tracking
   server was down during the run; the results on disk are the source of truth).
 - ``lab stage ...``: same as ``python -m lab.stage`` (what dvc.yaml runs).
+- ``lab command --mode M [--node-rank N]``: print a mode's launch line (e.g. to start
+  the other nodes of a multi-node server by hand).
+- ``lab doctor [--engine sglang] [--mode M]``: preflight table and verdict
+  (:mod:`lab.preflight`); exit code 0 when ready, 1 when a check failed.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["main", "relog"]
+__all__ = ["main", "relog", "doctor", "print_command"]
 
 
 def relog(results_dir: Path, params_file: str | None = None) -> str:
@@ -40,6 +44,40 @@ def relog(results_dir: Path, params_file: str | None = None) -> str:
     return run.run_id
 
 
+def print_command(params_file: str | None, mode: str, node_rank: int | None) -> int:
+    """Print the launch line of ``mode`` (with ``node_rank`` overridden); 0, or 2 on bad params."""
+    from lab.config import ParamsError, load_params
+    from lab.server import build_server_command
+
+    try:
+        params = load_params(params_file)
+        if node_rank is not None:
+            params = load_params(params_file, overrides={
+                "server": {**params.server.model_dump(), "node_rank": node_rank}})
+        print(build_server_command(params, mode, python="python").display())
+    except ParamsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def doctor(params_file: str | None, engine: str | None, modes: list[str] | None, python: str | None) -> int:
+    """Print the preflight table for ``engine`` (default: params.yaml's); 0 if ready else 1."""
+    from lab.config import ParamsError, load_params
+    from lab.preflight import format_table, run_preflight
+
+    try:
+        params = load_params(params_file, overrides={"engine": engine} if engine else None)
+        for m in modes or []:
+            params.mode(m)
+    except ParamsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    report = run_preflight(params, modes, python=python or sys.executable)
+    print(format_table(report))
+    return 0 if report.ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lab`` console script."""
     ap = argparse.ArgumentParser(prog="lab", description="eagle-verify-lab command line")
@@ -49,7 +87,21 @@ def main(argv: list[str] | None = None) -> int:
     p_log.add_argument("--params", default=None)
     p_stage = sub.add_parser("stage", help="run a pipeline stage (as dvc.yaml does)")
     p_stage.add_argument("rest", nargs=argparse.REMAINDER)
+    p_doc = sub.add_parser("doctor", help="preflight checks: GPUs, SGLang, launch flags, weights, port, disk")
+    p_doc.add_argument("--engine", choices=["emulator", "sglang"], default=None,
+                       help="check this engine instead of params.yaml's")
+    p_doc.add_argument("--mode", action="append", default=None, help="check only this mode (repeatable)")
+    p_doc.add_argument("--python", default=None, help="the Python that will run the server (default: this one)")
+    p_doc.add_argument("--params", default=None)
+    p_cmd = sub.add_parser("command", help="print a mode's engine launch line (secrets redacted)")
+    p_cmd.add_argument("--mode", required=True)
+    p_cmd.add_argument("--node-rank", type=int, default=None, help="override server.node_rank")
+    p_cmd.add_argument("--params", default=None)
     args = ap.parse_args(argv)
+    if args.cmd == "command":
+        return print_command(args.params, args.mode, args.node_rank)
+    if args.cmd == "doctor":
+        return doctor(args.params, args.engine, args.mode, args.python)
     if args.cmd == "stage":
         from lab.stage import main as stage_main
 

@@ -73,6 +73,18 @@ class ServerParams(_Strict):
     startup_timeout_s: float = Field(1800.0, gt=0)
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    # Multi-node pass-through (SGLang --nnodes/--node-rank/--dist-init-addr); see docs/gpu-node.md.
+    nnodes: int = Field(1, ge=1)
+    node_rank: int = Field(0, ge=0)
+    dist_init_addr: str | None = None
+
+    @model_validator(mode="after")
+    def _multi_node(self) -> "ServerParams":
+        if self.node_rank >= self.nnodes:
+            raise ValueError(f"node_rank={self.node_rank} with nnodes={self.nnodes}. Fix: use 0..{self.nnodes - 1}")
+        if self.nnodes > 1 and not self.dist_init_addr:
+            raise ValueError("nnodes > 1 needs dist_init_addr. Fix: set it to host:port of node 0, e.g. 10.0.0.1:5000")
+        return self
 
 
 class EmulatorParams(_Strict):

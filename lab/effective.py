@@ -29,6 +29,7 @@ EFFECTIVE_KEYS: tuple[str, ...] = (
     "speculative_draft_attention_backend",
     "max_running_requests",
     "cuda_graph_max_bs_decode",
+    "cuda_graph_bs_decode",
     "disable_cuda_graph",
     "tp_size",
     "context_length",
@@ -43,9 +44,14 @@ def effective_config(server_info: Mapping[str, Any]) -> dict[str, Any]:
     """The decisive resolved arguments from a ``/server_info`` response.
 
     Adds ``verify_attention_backend``: the backend that serves target-verify given the
-    attention mode (None without speculation). Missing keys are recorded as None.
+    attention mode (None without speculation), and ``effective_max_running_requests``:
+    the scheduler's actual cap (``internal_states[0].effective_max_running_requests_per_dp``,
+    SGLang 0.5.23 ``internal_state.py``; None when absent). Missing keys are recorded as None.
     """
     eff = {k: server_info.get(k) for k in EFFECTIVE_KEYS}
+    states = server_info.get("internal_states") or [{}]
+    first = states[0] if isinstance(states[0], Mapping) else {}
+    eff["effective_max_running_requests"] = first.get("effective_max_running_requests_per_dp")
     mode = eff.get("speculative_attention_mode")
     if eff.get("speculative_algorithm") and mode in _VERIFY_BACKEND:
         eff["verify_attention_backend"] = eff.get(_VERIFY_BACKEND[mode]) or eff.get("attention_backend")

@@ -121,6 +121,10 @@ def server_flags(params: LabParams, mode_name: str) -> list[str]:
     ]
     if s.context_length is not None:
         flags += ["--context-length", str(s.context_length)]
+    if s.nnodes > 1:
+        flags += ["--nnodes", str(s.nnodes), "--node-rank", str(s.node_rank)]
+    if s.dist_init_addr:
+        flags += ["--dist-init-addr", s.dist_init_addr]
     if mode.is_speculative:
         flags += [MODE_FLAGS["algorithm"], str(mode.algorithm)]
         flags += ["--speculative-draft-model-path", str(mode.draft_path or m.draft_path)]

@@ -94,6 +94,29 @@ def test_sglang_parser_rejects_what_sglang_rejects(sglang_nodeps):
     assert not res[1]["ok"] and "invalid choice" in res[1]["error"]
 
 
+def test_multi_node_flags_parse_with_sglang(params, sglang_nodeps):
+    """Two 8-GPU nodes, TP 16: node 1's launch passes SGLang's own parser."""
+    p = params.model_copy(deep=True)
+    p.engine = "sglang"
+    p.model.tp_size = 16
+    p.server = p.server.model_copy(update={"nnodes": 2, "node_rank": 1, "dist_init_addr": "10.0.0.1:5000"})
+    flags = build_server_command(p, "eagle3_decode").flags
+    res = sglang_parse(sglang_nodeps, [flags])["results"][0]
+    assert res["ok"], res["error"][-500:]
+    a = res["args"]
+    assert (a["nnodes"], a["node_rank"], a["dist_init_addr"], a["tp_size"]) == (2, 1, "10.0.0.1:5000", 16)
+    assert "--nnodes" not in build_server_command(params, "baseline").flags  # single node: no flags
+
+
+def test_multi_node_params_validated(params):
+    from lab.config import ParamsError, load_params
+    with pytest.raises(ParamsError, match="dist_init_addr"):
+        load_params(ROOT / "params.yaml", overrides={"server": {"nnodes": 2}})
+    with pytest.raises(ParamsError, match="node_rank"):
+        load_params(ROOT / "params.yaml", overrides={"server": {"nnodes": 2, "node_rank": 2,
+                                                                "dist_init_addr": "h:1"}})
+
+
 def test_same_scheduler_limits_in_every_mode(params):
     flags = {m: build_server_command(params, m).flags for m in params.modes}
     for f in flags.values():

@@ -107,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     truth.write({"kind": "header", "profile": {**profile.model_dump(), "path": str(profile_path)},
                  "argv": argv, "pid": os.getpid(), "server_args": args.to_dict()}, flush=True)
     metrics = EmulatorMetrics(args.served_model_name, _env_bool("SGLANG_ENABLE_METRICS_DEVICE_TIMER"))
-    graph_bs = [b for b in (1, 2, 4, 8, 16, 24, 32, 40, 48, 64, 128, 256) if b <= args.cuda_graph_max_bs_decode]
-    log_startup(log, args.emulator_startup_delay_s, speculative=args.is_speculative, graph_bs=graph_bs,
+    log_startup(log, args.emulator_startup_delay_s, speculative=args.is_speculative, graph_bs=args.cuda_graph_bs_decode,
                 disable_cuda_graph=args.disable_cuda_graph, backend="full",
                 num_tokens_per_req=args.speculative_num_draft_tokens or 1)
     try:

@@ -26,6 +26,11 @@ NO_SPEC_MAX_RUNNING = 4096  # emulator stand-in for "bounded by KV pool only"
 DEFAULT_ATTENTION_BACKEND = "fa3"  # source: DESIGN.md: Kimi-K2.5 (MLA) on H200 uses fa3
 
 
+# Decode CUDA-graph batch sizes the emulator reports as captured (SGLang captures a
+# similar ladder up to --cuda-graph-max-bs-decode).
+GRAPH_BS_CANDIDATES = (1, 2, 4, 8, 16, 24, 32, 40, 48, 64, 128, 256)
+
+
 @dataclasses.dataclass
 class ServerArgs:
     """Resolved server arguments (SGLang names); see :func:`parse_args`."""
@@ -38,6 +43,7 @@ class ServerArgs:
     mem_fraction_static: float | None
     max_running_requests: int
     cuda_graph_max_bs_decode: int
+    cuda_graph_bs_decode: list[int]
     disable_cuda_graph: bool
     enable_metrics: bool
     decode_log_interval: int
@@ -131,6 +137,8 @@ def parse_args(argv: list[str]) -> tuple[ServerArgs, list[str]]:
         mem_fraction_static=ns.mem_fraction_static,
         max_running_requests=mrr,
         cuda_graph_max_bs_decode=ns.cuda_graph_max_bs_decode or (48 if spec else 256),
+        cuda_graph_bs_decode=[] if ns.disable_cuda_graph else [
+            b for b in GRAPH_BS_CANDIDATES if b <= (ns.cuda_graph_max_bs_decode or (48 if spec else 256))],
         disable_cuda_graph=ns.disable_cuda_graph,
         enable_metrics=ns.enable_metrics,
         decode_log_interval=max(1, ns.decode_log_interval),

@@ -60,7 +60,7 @@ def startup_lines(*, speculative: bool, graph_bs: list[int], disable_cuda_graph:
     lines: list[tuple[float, str]] = [(0.0, "Load weight begin. avail mem=139.31 GB")]
     for k in range(1, 5):
         n = num_shards * k // 4
-        lines.append((0.15 * k, f"Loading safetensors checkpoint shards: {100 * n // num_shards:3d}% Completed | {n}/{num_shards} [emulated]"))
+        lines.append((0.15 * k, f"Loading safetensors checkpoint shards: {100 * n // num_shards:3d}% Completed | {n}/{num_shards} [00:00<00:00, emulated]"))
     lines.append((0.62, "Load weight end. elapsed=0.00 s, type=DeepseekV3ForCausalLM, avail mem=63.20 GB, mem usage=76.11 GB."))
     if not disable_cuda_graph:
         name = "target verify" if speculative else "target decode"
@@ -70,13 +70,19 @@ def startup_lines(*, speculative: bool, graph_bs: list[int], disable_cuda_graph:
 
 
 def log_startup(log: logging.Logger, delay_s: float, **kw) -> None:
-    """Log :func:`startup_lines` spread over ``delay_s`` seconds (blocking)."""
+    """Log :func:`startup_lines` spread over ``delay_s`` seconds (blocking); weight-shard
+    progress goes to stderr as tqdm writes it (``\r``-separated updates, no prefix)."""
     t0 = time.monotonic()
     for frac, msg in startup_lines(**kw):
         wait = t0 + frac * delay_s - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-        log.info(msg)
+        if msg.startswith("Loading safetensors"):
+            # SGLang's tqdm bar: on stderr, no logger prefix, updates separated by \r
+            sys.stderr.write("\r" + msg + ("\n" if "100%" in msg else ""))
+            sys.stderr.flush()
+        else:
+            log.info(msg)
     rest = t0 + delay_s - time.monotonic()
     if rest > 0:
         time.sleep(rest)
