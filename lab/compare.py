@@ -192,9 +192,9 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     summary = summarize(results, runs, baseline)
     summary["caption"] = engine_caption(results, params)
     summary["effective_config"] = {m: r.get("effective_config") for m, r in results.items()}
-    from lab.sweep_figures import primary_runs
+    from lab.sweep_figures import primary_runs, primary_summary
 
-    summary["figures"] = figures.draw_all(primary_runs(runs), requests_frame(res_dir, modes), summary,
+    summary["figures"] = figures.draw_all(primary_runs(runs), requests_frame(res_dir, modes), primary_summary(summary),
                                           rep_dir / "figures")
     from lab import report
 

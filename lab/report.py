@@ -27,10 +27,9 @@ __all__ = ["explain_figures", "break_even_costs", "write_report"]
 def break_even_costs(params: LabParams, summary: dict[str, Any]) -> list[theory.ModeCosts]:
     """:class:`lab.theory.ModeCosts` of every speculative mode at its primary points."""
     cap = {n: (m.num_steps + 1 if m.num_steps else None) for n, m in params.modes.items()}
-    prim = {"baseline": summary.get("baseline"),
-            "modes": {m: {k: e for k, e in lv.items() if k == f"c{e['concurrency']}"}
-                      for m, lv in summary["modes"].items()}}
-    return theory.costs_from_summary(prim, cap)
+    from lab.sweep_figures import primary_summary
+
+    return theory.costs_from_summary(primary_summary(summary), cap)
 
 
 def explain_figures(params: LabParams, runs: pd.DataFrame, summary: dict[str, Any], out_dir: Path) -> dict[str, str]:

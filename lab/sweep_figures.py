@@ -20,7 +20,7 @@ import seaborn as sns  # noqa: E402
 
 from lab import stats  # noqa: E402
 
-__all__ = ["primary_runs", "throughput_vs_concurrency", "verify_vs_context", "speedup_heatmap"]
+__all__ = ["primary_runs", "primary_summary", "throughput_vs_concurrency", "verify_vs_context", "speedup_heatmap"]
 
 
 def _t_ci(values) -> tuple[float, float]:
@@ -39,6 +39,12 @@ def primary_runs(runs: pd.DataFrame) -> pd.DataFrame:
     if "point" not in runs or not len(runs):
         return runs
     return runs[runs["point"] == [f"c{int(c)}" for c in runs["concurrency"]]]
+
+
+def primary_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` with each mode's entries restricted to its primary points (``c<N>`` keys)."""
+    return {**summary, "modes": {m: {k: e for k, e in lv.items() if k == f"c{e['concurrency']}"}
+                                 for m, lv in summary["modes"].items()}}
 
 
 def throughput_vs_concurrency(runs: pd.DataFrame, summary: dict[str, Any]):
