@@ -67,7 +67,8 @@ def runs_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
 
 
 def requests_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
-    """One row per measured ok request: mode, concurrency, completion_tokens, spec_verify_ct, accept_length."""
+    """One row per measured ok request at a primary point: mode, concurrency, completion_tokens,
+    spec_verify_ct, accept_length."""
     rows = []
     for mode in modes:
         path = results_dir / mode / "requests.jsonl"
@@ -76,8 +77,8 @@ def requests_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
         with open(path) as f:
             for line in f:
                 r = json.loads(line)
-                if not r.get("ok"):
-                    continue
+                if not r.get("ok") or r.get("point", f"c{r.get('concurrency')}") != f"c{r.get('concurrency')}":
+                    continue  # failed, or off the primary context/output length
                 meta = r.get("meta_info") or {}
                 ct, vct = r.get("completion_tokens"), meta.get("spec_verify_ct")
                 rows.append({"mode": mode, "concurrency": r.get("concurrency"), "completion_tokens": ct,
