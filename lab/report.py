@@ -79,6 +79,7 @@ li { margin-bottom: 0.4em; }
 emits one token per <i>decode_ms</i>. Speedup = accept_length &times; decode_ms / (draft_ms + verify_ms);
 break-even accept length = (draft_ms + verify_ms) / decode_ms (Leviathan et al. 2023, "Fast Inference from
 Transformers via Speculative Decoding"; EAGLE-3, Li et al. 2025).</p>
+<p>Per mode, at its lowest concurrency (comparison.json has every level):</p>
 <ul>{% for b in break_even %}<li>{{ b.explanation }}</li>{% else %}<li>No speculative mode with verify timings and a baseline.</li>{% endfor %}</ul>
 <h2>Summary (mean [95 % CI] over repeats; speedup: bootstrap 95 % CI)</h2>
 {{ table | safe }}
@@ -127,6 +128,14 @@ def _config_html(params: LabParams, summary: dict[str, Any]) -> str:
     return pd.DataFrame(rows).to_html(index=False, escape=True, border=0)
 
 
+def _lowest_level(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One break-even entry per mode: its lowest concurrency (as in the figure)."""
+    out: dict[str, dict[str, Any]] = {}
+    for b in sorted(items, key=lambda b: b["concurrency"]):
+        out.setdefault(b["mode"], b)
+    return list(out.values())
+
+
 def write_report(params: LabParams, summary: dict[str, Any], path: Path) -> Path:
     """Render the self-contained report to ``path`` (figures from ``summary["figures"]``).
 
@@ -139,7 +148,7 @@ def write_report(params: LabParams, summary: dict[str, Any], path: Path) -> Path
                for name, p in summary.get("figures", {}).items()]
     text = env.from_string(_TEMPLATE).render(
         engine=html.escape(params.engine), caption=summary.get("caption", ""), notice=summary.get("notice"),
-        break_even=summary.get("break_even", []), table=_summary_html(summary), figures=figures,
+        break_even=_lowest_level(summary.get("break_even", [])), table=_summary_html(summary), figures=figures,
         config_table=_config_html(params, summary))
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)

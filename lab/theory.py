@@ -72,7 +72,8 @@ class ModeCosts:
 
     ``max_accept`` is ``num_steps + 1`` for a chain draft (the most a cycle can emit);
     ``accept_lo``/``accept_hi`` the 95 % interval of the measured accept length;
-    ``speedup_lo``/``speedup_hi`` the measured speedup's bootstrap interval (may be NaN).
+    ``measured_speedup`` and ``verdict`` the measured decode tok/s ratio over the baseline and
+    its bootstrap verdict (:func:`lab.stats.verdict`), when known.
     """
 
     mode: str
@@ -85,6 +86,7 @@ class ModeCosts:
     accept_hi: float
     max_accept: float | None
     measured_speedup: float | None = None
+    verdict: str | None = None
 
     @property
     def break_even(self) -> float:
@@ -124,10 +126,10 @@ def costs_from_summary(summary: dict[str, Any], max_accept: dict[str, float | No
                 continue
             a = e["accept_length"]
             lo, hi = a.get("ci95_lo", math.nan), a.get("ci95_hi", math.nan)
-            sp = e.get("speedup_decode_tok_s", {}).get("ratio")
+            sp = e.get("speedup_decode_tok_s", {})
             out.append(ModeCosts(mode, int(e["concurrency"]), decode, draft, verify, acc,
                                  lo if lo == lo else acc, hi if hi == hi else acc,
-                                 (max_accept or {}).get(mode), sp))
+                                 (max_accept or {}).get(mode), sp.get("ratio"), sp.get("verdict")))
     return out
 
 
@@ -142,6 +144,10 @@ def explain(c: ModeCosts) -> str:
     head = (f"{c.mode} (concurrency {c.concurrency}): cycle {c.draft_ms:.1f} ms draft + {c.verify_ms:.1f} ms "
             f"verify against a {c.decode_ms:.1f} ms decode step: break-even accept length {be:.2f}{cap}; "
             f"measured {c.accept_length:.2f} [{c.accept_lo:.2f}, {c.accept_hi:.2f}] -> modelled speedup {sp:.2f}x")
+    if c.verdict == "not distinguishable":
+        return head + (f". Too close to call: the measured speedup ({c.measured_speedup:.2f}x) is not "
+                       f"distinguishable from 1; a clear win needs an accept length well above {be:.2f} "
+                       "or a cheaper cycle.")
     if sp >= 1.0:
         return head + f". It wins; it keeps winning while the accept length stays above {be:.2f}."
     need_verify = c.accept_length * c.decode_ms - c.draft_ms

@@ -98,3 +98,8 @@ def test_stage_refuses_untracked_dependency_inside_an_experiment(tmp_path, monke
     subprocess.run(["git", "add", "lab/new_helper.py"], cwd=tmp_path, check=True)
     check_deps_tracked(tmp_path, "bench")
     check_deps_tracked(tmp_path, "compare")
+
+
+def test_break_even_inside_the_interval_is_too_close_to_call():
+    c = theory.ModeCosts("close", 1, 12.0, 1.0, 29.0, 2.55, 2.3, 2.8, 3, 1.01, "not distinguishable")
+    assert "Too close to call" in theory.explain(c)
