@@ -204,7 +204,7 @@ def break_even_figure(costs: list[ModeCosts], caption: str):
     ax.set_xlim(1.0, xmax)
     ax.set_ylim(0.3, max([1.6] + [c.modelled_speedup * 1.2 for c in sel]))
     ax.set_xlabel("accept length (tokens per verify, incl. bonus); dash-dot: num_steps + 1 cap")
-    ax.set_ylabel("speedup = accept x decode_ms / (draft_ms + verify_ms)")
+    ax.set_ylabel("modelled speedup over decoding")
     ax.set_title("Break-even model (Leviathan et al. 2023; EAGLE-3): o measured accept length [95 % CI], "
                  "x measured speedup", fontsize=9)
     if sel:
