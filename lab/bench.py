@@ -30,6 +30,7 @@ from typing import Any
 
 from lab import client, metrics as M, stats
 from lab.config import LabParams, repo_root
+from lab.context import pad_prompt
 from lab.dataset import load_prompts, workload
 from lab.crosscheck import LogWindow, add_cross_checks, window_server_timing
 from lab.effective import effective_config
@@ -58,9 +59,20 @@ class BenchError(RuntimeError):
     """The benchmark could not complete (engine died, all requests failed...)."""
 
 
-def level_key(concurrency: int) -> str:
-    """``"c8"``: the key of a concurrency level in metrics.json and MLflow metric names."""
-    return f"c{concurrency}"
+def level_key(concurrency: int, context_tokens: int | None = None, output_tokens: int | None = None) -> str:
+    """``"c8"``: the key of a concurrency level in metrics.json and MLflow metric names.
+
+    A point off the primary context/output length (``bench.context_tokens[0]``,
+    ``bench.output_levels[0]``) gets ``"c8_ctx4096_out64"``; pass ``None`` for the primary.
+    """
+    if context_tokens is None and output_tokens is None:
+        return f"c{concurrency}"
+    return f"c{concurrency}_ctx{context_tokens}_out{output_tokens}"
+
+
+def _point_key(b, c: int, ctx: int, out_len: int) -> str:
+    primary = ctx == b.context_tokens[0] and out_len == b.output_levels[0]
+    return level_key(c) if primary else level_key(c, ctx, out_len)
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -97,10 +109,12 @@ def _check_writable(d: Path) -> None:
                          "permissions or free disk space") from exc
 
 
-def _aggregate(runs: list[dict[str, Any]], level: int) -> dict[str, Any]:
-    """Mean and 95 % t-interval over the repeats of one level, per headline metric."""
+def _aggregate(runs: list[dict[str, Any]], level: int, point: str | None = None) -> dict[str, Any]:
+    """Mean and 95 % t-interval over the repeats of one level (and point key), per headline metric."""
     out: dict[str, Any] = {"concurrency": level, "repeats": 0}
-    rows = [r for r in runs if r["concurrency"] == level]
+    rows = [r for r in runs if r["concurrency"] == level and r.get("point", level_key(level)) == (point or level_key(level))]
+    if rows and "context_tokens" in rows[0]:
+        out.update(context_tokens=rows[0]["context_tokens"], max_new_tokens=rows[0]["max_new_tokens"])
     out["repeats"] = len(rows)
     for key in HEADLINE_METRICS:
         values = [r.get(key) for r in rows if r.get(key) is not None]
@@ -151,11 +165,12 @@ def _ground_truth(truth_path: Path, records: list[dict[str, Any]], levels: list[
 
     truth = load_truth(truth_path)
     out: dict[str, Any] = {}
-    for c in levels:
+    points = list(dict.fromkeys(r.get("point", level_key(r["concurrency"])) for r in records))
+    for point in points:
         per_repeat: list[dict[str, float | None]] = []
-        for rep in sorted({r["repeat"] for r in records if r["concurrency"] == c}):
-            recs = [r for r in records if r["concurrency"] == c and r["repeat"] == rep
-                    and r["ok"] and r["rid"] in truth.requests]
+        mine = [r for r in records if r.get("point", level_key(r["concurrency"])) == point]
+        for rep in sorted({r["repeat"] for r in mine}):
+            recs = [r for r in mine if r["repeat"] == rep and r["ok"] and r["rid"] in truth.requests]
             if not recs:
                 continue
             tok_s = [v for v in (truth.decode_tok_s(r["rid"]) for r in recs) if v is not None]
@@ -166,7 +181,7 @@ def _ground_truth(truth_path: Path, records: list[dict[str, Any]], levels: list[
                 **{k[:-2] + "_ms": (v * 1e3 if v is not None else None) for k, v in phases.items()},
             })
         if per_repeat:
-            out[level_key(c)] = {
+            out[point] = {
                 k: (statistics.fmean(vals) if (vals := [p[k] for p in per_repeat if p[k] is not None]) else None)
                 for k in per_repeat[0]
             }
@@ -208,7 +223,10 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     prompts = load_prompts(root / params.bench.dataset)
     for stale in ("metrics.json", "result.json", "requests.jsonl", "runs.json", "server.log", "ground_truth.jsonl"):
         (out / stale).unlink(missing_ok=True)
-    run = open_run(params, run_name=f"{mode_name} | {params.engine}", tags=run_tags(params, mode=mode_name))
+    from lab.grouping import mode_run_name, pipeline_parent
+
+    run = open_run(params, run_name=mode_run_name(params, mode_name), tags=run_tags(params, mode=mode_name),
+                   parent_run_id=pipeline_parent(params))
     result_run_id = run.run_id
     b = params.bench
     spec = params.mode(mode_name).is_speculative
@@ -250,24 +268,26 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                     concurrency=min(levels[-1], b.warmup_requests), max_new_tokens=b.max_new_tokens,
                     temperature=b.temperature, timeout_s=b.request_timeout_s,
                     rid_prefix=f"{mode_name}-warmup", progress_desc=None, mode=mode_name)
+            points = [(c, ctx, n) for c in levels for ctx in b.context_tokens for n in b.output_levels]
             with open(out / "requests.jsonl", "a") as req_file:
-                for c in levels:
+                for c, ctx, out_len in points:
+                    point = _point_key(b, c, ctx, out_len)
                     for rep in range(b.repeats):
-                        texts = workload(prompts, b.num_prompts, b.seed + rep)
+                        texts = [(i, pad_prompt(t, ctx)) for i, t in workload(prompts, b.num_prompts, b.seed + rep)]
                         prom0 = client.fetch_text(srv.base_url + "/metrics")
                         info0 = client.fetch_json(srv.base_url + "/server_info")
                         log_window = LogWindow(out / "server.log")
                         with GpuSampler(TELEMETRY_INTERVAL_S) as gpu:
                             recs = client.run_requests_sync(
-                                srv.base_url, texts, concurrency=c, max_new_tokens=b.max_new_tokens,
+                                srv.base_url, texts, concurrency=c, max_new_tokens=out_len,
                                 temperature=b.temperature, timeout_s=b.request_timeout_s,
-                                rid_prefix=f"{mode_name}-c{c}-r{rep}",
-                                progress_desc=f"{mode_name} c={c} repeat {rep + 1}/{b.repeats}",
+                                rid_prefix=f"{mode_name}-{point}-r{rep}",
+                                progress_desc=f"{mode_name} {point} repeat {rep + 1}/{b.repeats}",
                                 mode=mode_name, repeat=rep)
                         _log_telemetry(run, gpu, telemetry_step, log)
                         telemetry_step += len(gpu.step_metrics())
                         for r in recs:
-                            r["concurrency"] = c
+                            r.update(concurrency=c, context_tokens=ctx, max_new_tokens=out_len, point=point)
                             req_file.write(json.dumps(r) + "\n")
                         req_file.flush()
                         records_all += recs
@@ -283,18 +303,21 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                             raise BenchError(f"no request succeeded at c={c} repeat {rep}: "
                                              f"{recs[0].get('error') if recs else 'no requests'}")
                         summary = add_cross_checks(M.summarize_run(recs, wall_s=window, server=server))
-                        summary.update(concurrency=c, repeat=rep, gpu_telemetry=gpu.summary())
+                        summary.update(concurrency=c, repeat=rep, context_tokens=ctx, max_new_tokens=out_len,
+                                       point=point, gpu_telemetry=gpu.summary())
                         for flag in summary["crosscheck"]["flags"]:
-                            log(f"[lab] {mode_name} c={c} repeat {rep}: CROSS-CHECK: {flag}")
+                            log(f"[lab] {mode_name} {point} repeat {rep}: CROSS-CHECK: {flag}")
                         runs.append(summary)
-        result["levels"] = {level_key(c): _aggregate(runs, c) for c in levels}
+        result["levels"] = {p: _aggregate(runs, c, p) for p, c in dict.fromkeys(
+            (r["point"], r["concurrency"]) for r in runs)}
         if truth_path is not None and truth_path.exists():
             result["ground_truth"] = _ground_truth(truth_path, records_all, levels)
         result["headline"] = _headline(result["levels"])
         result["status"] = "ok"
     except BaseException as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
-        result["levels_partial"] = {level_key(c): _aggregate(runs, c) for c in levels if any(r["concurrency"] == c for r in runs)}
+        result["levels_partial"] = {p: _aggregate(runs, c, p) for p, c in dict.fromkeys(
+            (r["point"], r["concurrency"]) for r in runs)}
         _write_results(out, result, runs)
         _finish_tracking(run, out, result, "FAILED", log)
         raise
@@ -339,8 +362,9 @@ def _finish_tracking(run: RunHandle, out: Path, result: dict[str, Any], status: 
         run.log_metrics({"startup_s": startup.get("startup_s"),
                          **{f"startup.{k}": v for k, v in (startup.get("phases") or {}).items()}})
         for key, agg in result.get("levels", {}).items():
-            run.log_metrics({m: v["mean"] for m, v in agg.items() if isinstance(v, dict) and "mean" in v},
-                            step=agg["concurrency"])
+            if key == level_key(agg["concurrency"]):  # primary points only: one step per level
+                run.log_metrics({m: v["mean"] for m, v in agg.items() if isinstance(v, dict) and "mean" in v},
+                                step=agg["concurrency"])
         # The executed notebook is logged by lab.stage once papermill has written it.
         for name in ("metrics.json", "result.json", "runs.json", "requests.jsonl", "server.log", "ground_truth.jsonl"):
             run.log_artifact(out / name)
@@ -362,7 +386,7 @@ def levels_table(result: dict[str, Any]):
 
     rows = []
     for key, agg in result.get("levels", {}).items():
-        row: dict[str, Any] = {"concurrency": agg["concurrency"], "repeats": agg["repeats"]}
+        row: dict[str, Any] = {"point": key, "repeats": agg["repeats"]}
         for m in HEADLINE_METRICS:
             if m in agg:
                 v = agg[m]
@@ -373,4 +397,4 @@ def levels_table(result: dict[str, Any]):
             if truth.get(m) is not None:
                 row[f"truth_{m}"] = round(truth[m], 2)
         rows.append(row)
-    return pd.DataFrame(rows).set_index("concurrency").T
+    return pd.DataFrame(rows).set_index("point").T

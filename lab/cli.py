@@ -7,6 +7,9 @@
   the other nodes of a multi-node server by hand).
 - ``lab doctor [--engine sglang] [--mode M]``: preflight table and verdict
   (:mod:`lab.preflight`); exit code 0 when ready, 1 when a check failed.
+- ``lab sweep [--clear] [--repro | --exp [-S k=v ...] [--queue]]``: expand params.yaml's
+  ``sweep`` section into generated modes (:mod:`lab.sweep`, docs/sweeps.md), then
+  optionally run ``dvc repro`` or ``dvc exp run`` in one command.
 """
 
 from __future__ import annotations
@@ -76,6 +79,31 @@ def doctor(params_file: str | None, engine: str | None, modes: list[str] | None,
     report = run_preflight(params, modes, python=python or sys.executable)
     print(format_table(report))
     return 0 if report.ok else 1
+def sweep_cmd(args: argparse.Namespace) -> int:
+    """``lab sweep``: write the generated modes, print them and the drop notes, optionally run DVC."""
+    import shutil
+    import subprocess
+
+    from lab.config import ParamsError, repo_root
+    from lab.sweep import write_modes
+
+    path = Path(args.params) if args.params else repo_root() / "params.yaml"
+    try:
+        modes, notes = write_modes(path, clear=args.clear)
+    except ParamsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for n in notes:
+        print(f"[lab] sweep: {n}")
+    print(f"[lab] sweep: {'removed the generated modes' if args.clear else f'{len(modes)} modes written'} "
+          f"in {path}: {', '.join(modes)}")
+    if not (args.repro or args.exp):
+        return 0
+    dvc = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))
+    cmd = [dvc, "repro"] if args.repro else [dvc, "exp", "run", *(["--queue"] if args.queue else []),
+                                             *[x for kv in args.set_param for x in ("-S", kv)]]
+    print(f"[lab] running: {' '.join(cmd)}", flush=True)
+    return subprocess.run(cmd, cwd=path.parent).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,11 +125,20 @@ def main(argv: list[str] | None = None) -> int:
     p_cmd.add_argument("--mode", required=True)
     p_cmd.add_argument("--node-rank", type=int, default=None, help="override server.node_rank")
     p_cmd.add_argument("--params", default=None)
+    p_sw = sub.add_parser("sweep", help="expand the sweep section into modes (docs/sweeps.md)")
+    p_sw.add_argument("--params", default=None, help="params file (default <repo>/params.yaml)")
+    p_sw.add_argument("--clear", action="store_true", help="remove the generated modes")
+    p_sw.add_argument("--repro", action="store_true", help="then run `dvc repro`")
+    p_sw.add_argument("--exp", action="store_true", help="then run `dvc exp run` (with -S / --queue)")
+    p_sw.add_argument("-S", "--set-param", action="append", default=[], help="passed to dvc exp run -S")
+    p_sw.add_argument("--queue", action="store_true", help="with --exp: queue instead of running")
     args = ap.parse_args(argv)
     if args.cmd == "command":
         return print_command(args.params, args.mode, args.node_rank)
     if args.cmd == "doctor":
         return doctor(args.params, args.engine, args.mode, args.python)
+    if args.cmd == "sweep":
+        return sweep_cmd(args)
     if args.cmd == "stage":
         from lab.stage import main as stage_main
 

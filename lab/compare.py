@@ -60,11 +60,15 @@ def runs_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
     for mode in modes:
         for run in json.loads((results_dir / mode / "runs.json").read_text()):
             rows.append({"mode": mode, **{k: v for k, v in run.items() if not isinstance(v, (dict, list))}})
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    if len(df) and "point" not in df:  # results from before the context/output axes
+        df["point"] = [f"c{int(c)}" for c in df["concurrency"]]
+    return df
 
 
 def requests_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
-    """One row per measured ok request: mode, concurrency, completion_tokens, spec_verify_ct, accept_length."""
+    """One row per measured ok request at a primary point: mode, concurrency, completion_tokens,
+    spec_verify_ct, accept_length."""
     rows = []
     for mode in modes:
         path = results_dir / mode / "requests.jsonl"
@@ -73,8 +77,8 @@ def requests_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
         with open(path) as f:
             for line in f:
                 r = json.loads(line)
-                if not r.get("ok"):
-                    continue
+                if not r.get("ok") or r.get("point", f"c{r.get('concurrency')}") != f"c{r.get('concurrency')}":
+                    continue  # failed, or off the primary context/output length
                 meta = r.get("meta_info") or {}
                 ct, vct = r.get("completion_tokens"), meta.get("spec_verify_ct")
                 rows.append({"mode": mode, "concurrency": r.get("concurrency"), "completion_tokens": ct,
@@ -105,17 +109,23 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
     summary: dict[str, Any] = {"baseline": baseline, "modes": {}, "rows": []}
     for mode in results:
         summary["modes"][mode] = {}
-        for level, sub in runs[runs["mode"] == mode].groupby("concurrency"):
-            key = f"c{int(level)}"
-            entry: dict[str, Any] = {"concurrency": int(level), "repeats": int(len(sub))}
-            row: dict[str, Any] = {"mode": mode, "concurrency": int(level), "engine": results[mode].get("engine")}
+        mine = runs[runs["mode"] == mode]
+        for key in dict.fromkeys(mine["point"]):
+            sub = mine[mine["point"] == key]
+            level = int(sub["concurrency"].iloc[0])
+            entry: dict[str, Any] = {"concurrency": level, "repeats": int(len(sub))}
+            row: dict[str, Any] = {"mode": mode, "point": key, "concurrency": level,
+                                   "engine": results[mode].get("engine")}
+            for axis in ("context_tokens", "max_new_tokens"):
+                if axis in sub and sub[axis].notna().any():
+                    entry[axis] = row[axis] = int(sub[axis].iloc[0])
             for m in SUMMARY_METRICS:
                 if m in sub and sub[m].notna().any():
                     mean, lo, hi = stats.mean_ci(sub[m].dropna().tolist())
                     entry[m] = {"mean": mean, "ci95_lo": lo, "ci95_hi": hi}
                     row.update({f"{m}_mean": mean, f"{m}_ci95_lo": lo, f"{m}_ci95_hi": hi})
             if baseline and mode != baseline:
-                base = runs[(runs["mode"] == baseline) & (runs["concurrency"] == level)]
+                base = runs[(runs["mode"] == baseline) & (runs["point"] == key)]
                 for m in SPEEDUP_METRICS:
                     if m in sub and len(base):
                         ratio, lo, hi = stats.ratio_ci(base[m].tolist(), sub[m].tolist())
@@ -183,19 +193,32 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     summary = summarize(results, runs, baseline)
     summary["caption"] = engine_caption(results, params)
     summary["effective_config"] = {m: r.get("effective_config") for m, r in results.items()}
-    summary["figures"] = figures.draw_all(runs, requests_frame(res_dir, modes), summary,
+    from lab.sweep_figures import primary_runs, primary_summary
+
+    summary["figures"] = figures.draw_all(primary_runs(runs), requests_frame(res_dir, modes), primary_summary(summary),
                                           rep_dir / "figures")
+    from lab import report
+
+    summary["figures"].update(report.explain_figures(params, runs, summary, rep_dir / "figures"))
     _write_csv(summary["rows"], rep_dir / "summary.csv")
+    report.write_report(params, summary, rep_dir / "report.html")
     if track:
         try:
             tags = run_tags(params, mode=None)
             tags["modes"] = ",".join(modes)
-            with open_run(params, run_name=f"compare | {params.engine} | {len(modes)} modes", tags=tags) as run:
+            from lab.grouping import finish_parent, pipeline_parent
+
+            parent = pipeline_parent(params)
+            tags.update({f"mode_run.{m}": str(r.get("mlflow_run_id")) for m, r in results.items()})
+            with open_run(params, run_name=f"compare | {params.engine} | {len(modes)} modes", tags=tags,
+                          parent_run_id=parent) as run:
                 run.log_metrics(_lean(summary))
+                run.log_artifact(rep_dir / "report.html")
                 for fig in summary["figures"].values():
                     run.log_artifact(fig, "figures")
                 run.log_artifact(rep_dir / "summary.csv")
                 summary["mlflow_run_id"] = run.run_id
+            finish_parent(params, parent, _lean(summary), {"modes": ",".join(modes)})
         except TrackingError as exc:
             print(f"[lab] MLflow logging of the comparison failed ({exc}); the summary and figures "
                   f"are in {rep_dir}")

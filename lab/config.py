@@ -186,6 +186,30 @@ class BenchParams(_Strict):
     temperature: float = Field(0.0, ge=0.0)
     seed: int = 0
     request_timeout_s: float = Field(600.0, gt=0)
+    # Client-side axes inside one launch (lab.context): prompts padded to about N tokens
+    # (0 = the prompt as is) and output lengths (null = [max_new_tokens]). The first value
+    # of each is the primary point: the c<N> keys and the speedups use it.
+    context_tokens: list[int] = Field(default_factory=lambda: [0])
+    output_tokens: list[int] | None = None
+
+    @field_validator("context_tokens")
+    @classmethod
+    def _context_levels(cls, v: list[int]) -> list[int]:
+        if not v or any(c < 0 for c in v) or len(set(v)) != len(v):
+            raise ValueError(f"{v}: need distinct integers >= 0. Fix: e.g. [0, 4096, 16384]")
+        return v
+
+    @field_validator("output_tokens")
+    @classmethod
+    def _output_levels(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or any(c < 2 for c in v) or len(set(v)) != len(v)):
+            raise ValueError(f"{v}: need distinct integers >= 2. Fix: e.g. [64, 256], or null")
+        return v
+
+    @property
+    def output_levels(self) -> list[int]:
+        """Output lengths to sweep (``output_tokens``, or ``[max_new_tokens]``)."""
+        return list(self.output_tokens or [self.max_new_tokens])
 
     @field_validator("concurrency")
     @classmethod
@@ -257,6 +281,8 @@ class LabParams(_Strict):
     bench: BenchParams = Field(default_factory=BenchParams)
     mlflow: MlflowParams = Field(default_factory=MlflowParams)
     physics: PhysicsParams = Field(default_factory=PhysicsParams)
+    # Grid of extra modes, expanded into `modes` by `lab sweep` (validated by lab.sweep).
+    sweep: dict[str, Any] | None = None
 
     @field_validator("modes")
     @classmethod

@@ -51,6 +51,8 @@ def run_stage(stage: str, mode: str | None = None, params_file: str | None = Non
 
     root = repo_root()
     params = load_params(params_file or root / "params.yaml")
+    _check_sweep_current(Path(params_file) if params_file else root / "params.yaml")
+    check_deps_tracked(root, stage)
     name, parameters, results_dir = stage_parameters(params, stage, mode)
     out_dir = root / results_dir
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -91,6 +93,74 @@ def _log_executed_notebook(params: LabParams, notebook: Path) -> None:
                 except TrackingError as exc:
                     print(f"[lab] could not attach {notebook} to MLflow run {run_id}: {exc}", file=sys.stderr)
             return
+
+
+def _check_sweep_current(path: Path) -> None:
+    import yaml
+
+    from lab.sweep import check_current
+
+    check_current(yaml.safe_load(path.read_text()) or {})
+
+
+def in_experiment(root: Path) -> bool:
+    """True inside a DVC experiment: ``$DVC_EXP_NAME`` set or a temp copy under ``.dvc/tmp/exps``."""
+    import os
+
+    return bool(os.environ.get("DVC_EXP_NAME")) or ".dvc/tmp/exps" in root.resolve().as_posix()
+
+
+def stage_deps(root: Path, stage: str) -> list[str]:
+    """The paths ``dvc.yaml`` lists as deps of ``stage`` (``${...}`` resolved from params.yaml)."""
+    import re
+
+    import yaml
+
+    dvc = yaml.safe_load((root / "dvc.yaml").read_text()) or {}
+    params = yaml.safe_load((root / "params.yaml").read_text()) or {}
+    spec = (dvc.get("stages") or {}).get(stage) or {}
+    deps = (spec.get("do") or spec).get("deps") or []
+
+    def resolve(m: re.Match) -> str:
+        node: object = params
+        for part in m.group(1).split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return str(node) if node is not None else m.group(0)
+
+    paths = [re.sub(r"\$\{([\w.]+)\}", resolve, d) for d in deps if isinstance(d, str) and "${key}" not in d]
+    # results/ and reports/ are other stages' outputs (DVC's cache), not git's.
+    return [p for p in paths if p.split("/")[0] not in ("results", "reports")]
+
+
+def check_deps_tracked(root: Path, stage: str) -> None:
+    """Refuse to run inside a DVC experiment when a dependency of the stage is missing or untracked.
+
+    ``dvc exp run --queue`` runs in a temporary copy made from git: files git does not
+    track never reach it, and an experiment's commit would not contain them either. Outside
+    experiments (plain ``dvc repro``) nothing is checked.
+
+    :raises ParamsError: naming the files and the fix (``git add`` + ``git commit``).
+    """
+    import subprocess
+
+    if not in_experiment(root):
+        return
+    deps = stage_deps(root, stage)
+    missing = [d for d in deps if not (root / d).exists()]
+    untracked: list[str] = []
+    try:
+        out = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "--", *deps], cwd=root,
+                             capture_output=True, text=True, timeout=30)
+        untracked = [ln for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 else []
+    except (OSError, subprocess.SubprocessError):
+        pass
+    if missing or untracked:
+        raise ParamsError(
+            f"stage {stage} runs in a DVC experiment, and its dependencies "
+            f"{sorted(set(missing + untracked))} are {'missing from this copy' if missing else 'untracked by git'}: "
+            "queued experiments run in a temporary copy made from git, so untracked files do not reach it "
+            "(and the experiment's commit would not record them). Fix: git add them and git commit, "
+            "then queue the experiment again")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -147,3 +147,17 @@ def test_dvc_reruns_only_what_changed(repo):
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     stale = set(json.loads(_dvc(repo, "status", "--json").stdout))
     assert stale == {"bench@eagle3_decode", "compare"}
+
+
+def test_report_renders_every_figure_in_headless_chromium(repo):
+    from browser import image_report
+
+    report = repo / "reports" / "report.html"
+    text = report.read_text()
+    assert "break-even accept length" in text and "Not a GPU measurement" in text
+    assert "eagle3_prefill (concurrency 1)" in text and "It loses" in text
+    imgs = image_report(report)
+    names = {alt for alt, _, _ in imgs}
+    assert {"decode_tok_s", "speedup", "break_even", "speedup_heatmap", "throughput_vs_concurrency",
+            "verify_vs_context"} <= names
+    assert all(done and width > 0 for _, done, width in imgs), imgs

@@ -1,0 +1,47 @@
+"""Open an HTML file in headless Chromium and report how each <img> rendered."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--virtual-time-budget=15000"]
+
+_PROBE = ("<script>window.addEventListener('load', () => { document.body.setAttribute('data-img-check', "
+          "JSON.stringify(Array.from(document.images).map(i => [i.alt, i.complete, i.naturalWidth]))); });</script>")
+
+
+def chromium() -> str:
+    """The Chromium binary; fails in CI (``CI`` set), skips elsewhere when missing."""
+    exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if exe:
+        return exe
+    if os.environ.get("CI"):
+        pytest.fail("chromium not found. Fix: apt-get install -y chromium (see .ci/run)")
+    pytest.skip("chromium not installed (apt-get install -y chromium)")
+
+
+def image_report(page: Path, timeout_s: int = 120) -> list[list]:
+    """``[[alt, complete, naturalWidth], ...]`` for every image of ``page`` once loaded.
+
+    A copy of the page gets a load-event probe; Chromium's ``--dump-dom`` prints the DOM
+    after it ran. :raises AssertionError: Chromium failed or the probe did not run.
+    """
+    with tempfile.TemporaryDirectory(prefix="lab-chromium-") as tmp:
+        copy = Path(tmp) / "page.html"
+        copy.write_text(page.read_text().replace("</body>", _PROBE + "</body>"))
+        proc = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={tmp}/profile", "--dump-dom",
+                               copy.as_uri()], capture_output=True, text=True, timeout=timeout_s)
+    m = re.search(r'data-img-check="([^"]*)"', proc.stdout)
+    assert m, f"chromium rc={proc.returncode}; no probe result: {proc.stderr[-2000:]}"
+    return json.loads(html.unescape(m.group(1)))

@@ -1,0 +1,84 @@
+"""DVC experiments on a tiny bench: `dvc exp run -S`, `dvc exp show`, the queue, and the
+refusal of untracked stage dependencies (which would never reach a queued run's temp copy)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_pipeline import _dvc, _free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.integration
+GIT = ["git", "-c", "user.email=t@localhost", "-c", "user.name=t"]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    repo = tmp_path_factory.mktemp("exp")
+    for name in ("lab", "notebooks", "data"):
+        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
+        shutil.copy(ROOT / name, repo / name)
+    (repo / ".dvc").mkdir()
+    shutil.copy(ROOT / ".dvc" / "config", repo / ".dvc" / "config")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["modes"] = {k: v for k, v in params["modes"].items() if k in ("baseline", "eagle3_decode")}
+    params["bench"].update({"num_prompts": 2, "max_new_tokens": 12, "concurrency": [1], "warmup_requests": 0,
+                            "repeats": 2})
+    params["server"]["port"] = _free_port()
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    subprocess.run([*GIT, "commit", "-qm", "lab"], cwd=repo, check=True)
+    return repo
+
+
+def test_exp_run_set_param_and_exp_show(repo):
+    proc = _dvc(repo, "exp", "run", "-n", "short", "-S", "bench.max_new_tokens=10")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    shown = json.loads(_dvc(repo, "exp", "show", "--json").stdout)
+    exps = [e for rev in shown for e in (rev.get("experiments") or [])]
+    run = next(e for e in exps if e.get("name") == "short")["revs"][0]["data"]
+    assert run["params"]["params.yaml"]["data"]["bench"]["max_new_tokens"] == 10
+    summary = run["metrics"]["reports/summary.json"]["data"]
+    assert summary["eagle3_decode.c1.speedup_decode_tok_s"] > 0
+    assert run["metrics"]["results/baseline/metrics.json"]["data"]["decode_tok_s"] > 0
+    plots = _dvc(repo, "plots", "show", "--json")
+    assert plots.returncode == 0, plots.stderr[-2000:]
+    assert "break_even.png" in plots.stdout and "summary.csv" in plots.stdout
+
+
+def test_exp_run_refuses_untracked_dependency(repo):
+    extra = repo / "lab" / "zz_untracked.py"
+    extra.write_text("X = 1\n")
+    try:
+        proc = _dvc(repo, "exp", "run", "-S", "bench.max_new_tokens=11")
+    finally:
+        extra.unlink()
+    assert proc.returncode != 0
+    assert "lab/zz_untracked.py" in proc.stdout + proc.stderr and "untracked by git" in proc.stdout + proc.stderr
+
+
+def test_queued_experiment_runs_in_a_temp_copy(repo):
+    proc = _dvc(repo, "exp", "run", "--queue", "-n", "queued", "-S", "bench.max_new_tokens=8")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _dvc(repo, "queue", "start", "-j", "1").returncode == 0
+    deadline = time.monotonic() + 420
+    while time.monotonic() < deadline:
+        status = _dvc(repo, "queue", "status").stdout
+        if "Success" in status or "Failed" in status:
+            break
+        time.sleep(3)
+    assert "Success" in status, status + _dvc(repo, "queue", "logs", "queued").stdout[-4000:]
+    shown = json.loads(_dvc(repo, "exp", "show", "--json").stdout)
+    exps = {e.get("name"): e for rev in shown for e in (rev.get("experiments") or [])}
+    data = exps["queued"]["revs"][0]["data"]
+    assert data["params"]["params.yaml"]["data"]["bench"]["max_new_tokens"] == 8
+    assert data["metrics"]["reports/summary.json"]["data"]["eagle3_decode.c1.speedup_decode_tok_s"] > 0
