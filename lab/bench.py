@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lab import client, metrics as M, stats
+from lab import atomic, client, metrics as M, stats
 from lab.config import LabParams, repo_root
 from lab.dataset import load_prompts, workload
 from lab.effective import effective_config
@@ -53,9 +53,7 @@ def level_key(concurrency: int) -> str:
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write JSON to ``path`` via a temp file and rename (never a half-written file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
-    os.replace(tmp, path)
+    atomic.write_json_atomic(path, obj)
 
 
 @contextmanager
@@ -85,6 +83,28 @@ def _check_writable(d: Path) -> None:
                          "permissions or free disk space") from exc
 
 
+def _check_alive(srv: ServerProcess, where: str, out: Path, recs: list[dict[str, Any]] | None = None) -> None:
+    """Liveness = the engine process plus request outcomes (``/health`` is not polled: a
+    busy server may answer it slowly). Raises :class:`BenchError` at once if the engine
+    exited, or if requests were refused and it exits within 2 s (the client stops sending
+    as soon as connections are refused, so a crash never waits out request timeouts)."""
+    refused = any((r.get("error") or "").startswith((client.NOT_SENT_PREFIX, "connection failed"))
+                  for r in recs or ())
+    deadline = time.monotonic() + (2.0 if refused else 0.0)
+    while srv.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not srv.alive():
+        from lab.server import log_tail
+
+        code = srv.proc.returncode if srv.proc is not None else None
+        raise BenchError(f"engine died (exit code {code}) during {where}; requests measured so far are "
+                         f"kept in {out / 'requests.jsonl'}. Log tail ({out / 'server.log'}):\n"
+                         f"{log_tail(out / 'server.log', 15)}")
+    if refused:
+        raise BenchError(f"engine refused connections during {where} but its process runs; "
+                         f"see {out / 'server.log'}")
+
+
 def _aggregate(runs: list[dict[str, Any]], level: int) -> dict[str, Any]:
     """Mean and 95 % t-interval over the repeats of one level, per headline metric."""
     out: dict[str, Any] = {"concurrency": level, "repeats": 0}
@@ -96,6 +116,9 @@ def _aggregate(runs: list[dict[str, Any]], level: int) -> dict[str, Any]:
             mean, lo, hi = stats.mean_ci(values)
             out[key] = {"mean": mean, "ci95_lo": lo, "ci95_hi": hi, "values": values}
     out["token_accounting_ok"] = all(r.get("token_accounting_ok", True) for r in rows)
+    # Errored requests are counted, never dropped: totals over the level's repeats.
+    out["requests"] = sum(r.get("requests", 0) for r in rows)
+    out["errors"] = sum(r.get("errors", 0) for r in rows)
     return out
 
 
@@ -185,7 +208,8 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                                        "model": params.model.model_dump(), "server": params.server.model_dump(),
                                        "mode": params.mode(mode_name).model_dump(), "bench": b.model_dump(),
                                        **({"emulator": params.emulator.model_dump()} if params.engine == "emulator" else {})}))
-        with _sigterm_as_exit(), ServerProcess(cmd, out / "server.log") as srv:
+        with _sigterm_as_exit(), ServerProcess(cmd, out / "server.log",
+                                               stop_grace_s=params.server.stop_grace_s) as srv:
             log(f"[lab] {mode_name}: starting {params.engine}: {cmd.display()}")
             result["startup_s"] = srv.wait_ready(params.server.startup_timeout_s)
             info = client.fetch_json(srv.base_url + "/server_info")
@@ -198,6 +222,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                     concurrency=min(levels[-1], b.warmup_requests), max_new_tokens=b.max_new_tokens,
                     temperature=b.temperature, timeout_s=b.request_timeout_s,
                     rid_prefix=f"{mode_name}-warmup", progress_desc=None, mode=mode_name)
+                _check_alive(srv, f"{mode_name} warm-up", out)
             with open(out / "requests.jsonl", "a") as req_file:
                 for c in levels:
                     for rep in range(b.repeats):
@@ -215,17 +240,19 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                             req_file.write(json.dumps(r) + "\n")
                         req_file.flush()
                         records_all += recs
-                        if not srv.alive():
-                            raise BenchError(f"engine died during {mode_name} c={c} repeat {rep}; "
-                                             f"see {out / 'server.log'}")
+                        _check_alive(srv, f"{mode_name} c={c} repeat {rep}", out, recs)
                         server = M.server_timing(prom0, client.fetch_text(srv.base_url + "/metrics"))
                         for k in (("decode_ms",) if spec else ("verify_ms", "draft_ms")):
                             server[k] = None  # not applicable to this mode (0 would read as a measurement)
                         server["step_time_ms"] = M.step_time_ms(info0, client.fetch_json(srv.base_url + "/server_info"))
                         window = M.measured_window_s(recs)
-                        if not window:
-                            raise BenchError(f"no request succeeded at c={c} repeat {rep}: "
-                                             f"{recs[0].get('error') if recs else 'no requests'}")
+                        if not window or not any(r["ok"] for r in recs):
+                            # all failed: a summary would read as a (zero-throughput) result
+                            raise BenchError(
+                                f"no request succeeded at c={c} repeat {rep} ({len(recs)} sent): "
+                                f"{recs[0].get('error') if recs else 'no requests'}. Fix: see "
+                                f"{out / 'requests.jsonl'} and {out / 'server.log'}; raise "
+                                "bench.request_timeout_s if requests timed out")
                         summary = M.summarize_run(recs, wall_s=window, server=server)
                         summary.update(concurrency=c, repeat=rep)
                         runs.append(summary)
@@ -236,6 +263,9 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
         result["status"] = "ok"
     except BaseException as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
+        if records_all:  # requests.jsonl keeps what was measured; the run is incomplete
+            result["partial"] = {"requests_recorded": len(records_all),
+                                 "runs_completed": [f"c{r['concurrency']} repeat {r['repeat']}" for r in runs]}
         result["levels_partial"] = {level_key(c): _aggregate(runs, c) for c in levels if any(r["concurrency"] == c for r in runs)}
         _write_results(out, result, runs)
         _finish_tracking(run, out, result, "FAILED", log)
@@ -253,6 +283,9 @@ def _write_results(out: Path, result: dict[str, Any], runs: list[dict[str, Any]]
     lean = {"status": result["status"], "engine": result["engine"], **result.get("headline", {})}
     if "error" in result:
         lean["error"] = result["error"]
+    if "partial" in result:
+        lean["partial"] = True
+        lean["requests_recorded"] = result["partial"]["requests_recorded"]
     write_json_atomic(out / "metrics.json", lean)
 
 

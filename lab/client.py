@@ -278,8 +278,13 @@ def run_requests_sync(base_url: str, texts: list[tuple[int, str]], **kwargs: Any
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coro_fn())
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
         return pool.submit(lambda: asyncio.run(coro_fn())).result()
+    finally:
+        # On KeyboardInterrupt/SystemExit (a signal to the kernel) do not wait for the
+        # benchmark to drain: the caller stops the engine, which ends the thread's requests.
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def fetch_text(url: str, timeout_s: float = 10.0) -> str:
