@@ -420,6 +420,24 @@ class ServerProcess:
         except (psutil.TimeoutExpired, OSError):
             pass
         (self.state_dir / f"{self.proc.pid}.json").unlink(missing_ok=True)
+        self._redact_log()
+
+    def _redact_log(self) -> None:
+        """Scrub secret values (secret-named env variables, ``--api-key``-like flags) that
+        the engine itself printed (SGLang logs its server args) from ``server.log``, which
+        becomes an MLflow artifact."""
+        from lab.redact import argv_secrets, redact_text
+
+        secrets = {**self.command.env, **argv_secrets(self.command.argv)}
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return
+        clean = redact_text(text, secrets)
+        if clean != text:
+            tmp = self.log_path.with_name(f".{self.log_path.name}.tmp")
+            tmp.write_text(clean)
+            os.replace(tmp, self.log_path)
 
     def __enter__(self) -> "ServerProcess":
         return self.start()

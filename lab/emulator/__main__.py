@@ -25,6 +25,7 @@ from lab.emulator.metrics import EmulatorMetrics
 from lab.emulator.profile import ProfileError, load_profile
 from lab.emulator.sglog import log_startup, setup_logging
 from lab.emulator.truth import TruthWriter
+from lab.redact import redact_argv
 
 SWITCH_INTERVAL_S = 2e-4  # GIL hand-over latency bound, so the engine thread hits deadlines
 
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parse_args(argv)
     log = setup_logging()
     if unknown:
-        log.warning(f"emulator: ignoring unknown flags: {' '.join(unknown)}")
+        log.warning(f"emulator: ignoring unknown flags: {' '.join(redact_argv(unknown))}")
     try:
         faults = parse_faults(args.emulator_faults)
     except FaultError as exc:
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info(f"engine=emulator profile={profile.name} v{profile.version} ({profile_path}); no GPU is used")
     truth = TruthWriter(args.ground_truth_file)
     truth.write({"kind": "header", "profile": {**profile.model_dump(), "path": str(profile_path)},
-                 "argv": argv, "pid": os.getpid(), "server_args": args.to_dict()}, flush=True)
+                 "argv": redact_argv(argv), "pid": os.getpid(), "server_args": args.to_dict()}, flush=True)
     metrics = EmulatorMetrics(args.served_model_name, _env_bool("SGLANG_ENABLE_METRICS_DEVICE_TIMER"))
     graph_bs = [b for b in (1, 2, 4, 8, 16, 24, 32, 40, 48, 64, 128, 256) if b <= args.cuda_graph_max_bs_decode]
     log_startup(log, args.emulator_startup_delay_s, speculative=args.is_speculative, graph_bs=graph_bs,
