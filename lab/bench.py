@@ -83,6 +83,16 @@ def _check_writable(d: Path) -> None:
                          "permissions or free disk space") from exc
 
 
+def _appender(req_file, records_all: list[dict[str, Any]]):
+    """``on_record`` for the client: append each finished request to ``requests.jsonl`` at
+    once (flushed), so an interrupted or killed run keeps every request it measured."""
+    def append(rec: dict[str, Any]) -> None:
+        req_file.write(json.dumps(rec) + "\n")
+        req_file.flush()
+        records_all.append(rec)
+    return append
+
+
 def _check_alive(srv: ServerProcess, where: str, out: Path, recs: list[dict[str, Any]] | None = None) -> None:
     """Liveness = the engine process plus request outcomes (``/health`` is not polled: a
     busy server may answer it slowly). Raises :class:`BenchError` at once if the engine
@@ -234,12 +244,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                             temperature=b.temperature, timeout_s=b.request_timeout_s,
                             rid_prefix=f"{mode_name}-c{c}-r{rep}",
                             progress_desc=f"{mode_name} c={c} repeat {rep + 1}/{b.repeats}",
-                            mode=mode_name, repeat=rep)
-                        for r in recs:
-                            r["concurrency"] = c
-                            req_file.write(json.dumps(r) + "\n")
-                        req_file.flush()
-                        records_all += recs
+                            mode=mode_name, repeat=rep, on_record=_appender(req_file, records_all))
                         _check_alive(srv, f"{mode_name} c={c} repeat {rep}", out, recs)
                         server = M.server_timing(prom0, client.fetch_text(srv.base_url + "/metrics"))
                         for k in (("decode_ms",) if spec else ("verify_ms", "draft_ms")):

@@ -20,7 +20,7 @@ import psutil
 import pytest
 import yaml
 
-from reliability_util import ROOT, engines_on, free_port, port_free, tally
+from reliability_util import ROOT, engines_on, free_port, lost_results, port_free, tally
 
 pytestmark = pytest.mark.integration
 
@@ -93,6 +93,7 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
         repo = _scratch(tmp_path_factory.mktemp("lab-int"))
         port = _params(repo, faults)
         runs[case] = {"repo": repo, "port": port, "proc": _start(repo, how)}
+        time.sleep(2.0)  # jupyter_client picks kernel ports racily: stagger the kernel starts
     deadline = time.monotonic() + 240
     pending = set(runs)
     while pending and time.monotonic() < deadline:
@@ -140,16 +141,19 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
             time.sleep(0.1)
         r["leaked"] = len(engines_on(r["port"]))
         r["port_free"] = port_free(r["port"])
-        tally(case, survived=r["leaked"] == 0 and r["port_free"] and not r.get("hung"), leaked=r["leaked"], lost=0)
+        r["lost"] = lost_results(r["repo"] / "results" / "baseline")
+        tally(case, survived=r["leaked"] == 0 and r["port_free"] and not r.get("hung"), leaked=r["leaked"],
+              lost=r["lost"])
         for p in engines_on(r["port"]):  # never leave one behind, even when the test fails
             p.kill()
     return runs
 
 
 def _busy(repo: Path, port: int) -> bool:
-    """The engine listens and has served requests (its ground truth has grown)."""
-    truth = repo / "results" / "baseline" / "ground_truth.jsonl"
-    return not port_free(port) and truth.exists() and truth.stat().st_size > 2000
+    """The engine listens and measured requests are being recorded (requests.jsonl grows
+    one line per finished request)."""
+    req = repo / "results" / "baseline" / "requests.jsonl"
+    return not port_free(port) and req.exists() and req.stat().st_size > 0
 
 
 def _check(r: dict, case: str) -> str:
@@ -158,6 +162,9 @@ def _check(r: dict, case: str) -> str:
     assert not r.get("hung"), f"{case}: the stage did not exit: {out[-3000:]}"
     assert r["leaked"] == 0, f"{case}: engine survived: {out[-3000:]}"
     assert r["port_free"]
+    assert r["lost"] == 0, f"{case}: finished requests missing from requests.jsonl"
+    recs = (r["repo"] / "results" / "baseline" / "requests.jsonl").read_text().splitlines()
+    assert len(recs) >= 1  # what was measured before the signal is on disk
     return out
 
 
