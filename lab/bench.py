@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lab import client, metrics as M, stats
+from lab import atomic, client, metrics as M, stats
 from lab.config import LabParams, repo_root
 from lab.context import pad_prompt
 from lab.dataset import load_prompts, workload
@@ -77,9 +77,7 @@ def _point_key(b, c: int, ctx: int, out_len: int) -> str:
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write JSON to ``path`` via a temp file and rename (never a half-written file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
-    os.replace(tmp, path)
+    atomic.write_json_atomic(path, obj)
 
 
 @contextmanager
@@ -109,6 +107,40 @@ def _check_writable(d: Path) -> None:
                          "permissions or free disk space") from exc
 
 
+def _appender(req_file, records_all: list[dict[str, Any]], **fields: Any):
+    """``on_record`` for the client: append each finished request (with ``fields`` added) to
+    ``requests.jsonl`` at once (flushed), so an interrupted or killed run keeps every request
+    it measured."""
+    def append(rec: dict[str, Any]) -> None:
+        rec.update(fields)
+        req_file.write(json.dumps(rec) + "\n")
+        req_file.flush()
+        records_all.append(rec)
+    return append
+
+
+def _check_alive(srv: ServerProcess, where: str, out: Path, recs: list[dict[str, Any]] | None = None) -> None:
+    """Liveness = the engine process plus request outcomes (``/health`` is not polled: a
+    busy server may answer it slowly). Raises :class:`BenchError` at once if the engine
+    exited, or if requests were refused and it exits within 2 s (the client stops sending
+    as soon as connections are refused, so a crash never waits out request timeouts)."""
+    refused = any((r.get("error") or "").startswith((client.NOT_SENT_PREFIX, "connection failed"))
+                  for r in recs or ())
+    deadline = time.monotonic() + (2.0 if refused else 0.0)
+    while srv.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not srv.alive():
+        from lab.server import log_tail
+
+        code = srv.proc.returncode if srv.proc is not None else None
+        raise BenchError(f"engine died (exit code {code}) during {where}; requests measured so far are "
+                         f"kept in {out / 'requests.jsonl'}. Log tail ({out / 'server.log'}):\n"
+                         f"{log_tail(out / 'server.log', 15)}")
+    if refused:
+        raise BenchError(f"engine refused connections during {where} but its process runs; "
+                         f"see {out / 'server.log'}")
+
+
 def _aggregate(runs: list[dict[str, Any]], level: int, point: str | None = None) -> dict[str, Any]:
     """Mean and 95 % t-interval over the repeats of one level (and point key), per headline metric."""
     out: dict[str, Any] = {"concurrency": level, "repeats": 0}
@@ -125,6 +157,9 @@ def _aggregate(runs: list[dict[str, Any]], level: int, point: str | None = None)
     out["crosscheck_flags"] = [f"repeat {r.get('repeat')}: {f}" for r in rows
                                for f in (r.get("crosscheck") or {}).get("flags", [])]
     out["gpu_telemetry"] = _telemetry_level([r.get("gpu_telemetry") for r in rows])
+    # Errored requests are counted, never dropped: totals over the level's repeats.
+    out["requests"] = sum(r.get("requests", 0) for r in rows)
+    out["errors"] = sum(r.get("errors", 0) for r in rows)
     return out
 
 
@@ -250,7 +285,8 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
         pre.raise_if_failed()
         result["environment_tags"] = capture_environment(out / "environment", python=cmd.argv[0],
                                                          server_env=cmd.env, engine=params.engine)
-        with _sigterm_as_exit(), ServerProcess(cmd, out / "server.log") as srv:
+        with _sigterm_as_exit(), ServerProcess(cmd, out / "server.log",
+                                               stop_grace_s=params.server.stop_grace_s) as srv:
             log(f"[lab] {mode_name}: starting {params.engine}: {cmd.display()}")
             tracker = StartupTracker(out / "server.log", desc=f"{mode_name} startup")
             try:
@@ -268,6 +304,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                     concurrency=min(levels[-1], b.warmup_requests), max_new_tokens=b.max_new_tokens,
                     temperature=b.temperature, timeout_s=b.request_timeout_s,
                     rid_prefix=f"{mode_name}-warmup", progress_desc=None, mode=mode_name)
+                _check_alive(srv, f"{mode_name} warm-up", out)
             points = [(c, ctx, n) for c in levels for ctx in b.context_tokens for n in b.output_levels]
             with open(out / "requests.jsonl", "a") as req_file:
                 for c, ctx, out_len in points:
@@ -283,25 +320,24 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                                 temperature=b.temperature, timeout_s=b.request_timeout_s,
                                 rid_prefix=f"{mode_name}-{point}-r{rep}",
                                 progress_desc=f"{mode_name} {point} repeat {rep + 1}/{b.repeats}",
-                                mode=mode_name, repeat=rep)
+                                mode=mode_name, repeat=rep,
+                                on_record=_appender(req_file, records_all, concurrency=c, context_tokens=ctx,
+                                                    max_new_tokens=out_len, point=point))
                         _log_telemetry(run, gpu, telemetry_step, log)
                         telemetry_step += len(gpu.step_metrics())
-                        for r in recs:
-                            r.update(concurrency=c, context_tokens=ctx, max_new_tokens=out_len, point=point)
-                            req_file.write(json.dumps(r) + "\n")
-                        req_file.flush()
-                        records_all += recs
-                        if not srv.alive():
-                            raise BenchError(f"engine died during {mode_name} c={c} repeat {rep}; "
-                                             f"see {out / 'server.log'}")
+                        _check_alive(srv, f"{mode_name} {point} repeat {rep}", out, recs)
                         server = window_server_timing(
                             prom0, client.fetch_text(srv.base_url + "/metrics"), info0,
                             client.fetch_json(srv.base_url + "/server_info"), log_window.read(),
                             speculative=spec)
                         window = M.measured_window_s(recs)
-                        if not window:
-                            raise BenchError(f"no request succeeded at c={c} repeat {rep}: "
-                                             f"{recs[0].get('error') if recs else 'no requests'}")
+                        if not window or not any(r["ok"] for r in recs):
+                            # all failed: a summary would read as a (zero-throughput) result
+                            raise BenchError(
+                                f"no request succeeded at {point} repeat {rep} ({len(recs)} sent): "
+                                f"{recs[0].get('error') if recs else 'no requests'}. Fix: see "
+                                f"{out / 'requests.jsonl'} and {out / 'server.log'}; raise "
+                                "bench.request_timeout_s if requests timed out")
                         summary = add_cross_checks(M.summarize_run(recs, wall_s=window, server=server))
                         summary.update(concurrency=c, repeat=rep, context_tokens=ctx, max_new_tokens=out_len,
                                        point=point, gpu_telemetry=gpu.summary())
@@ -316,6 +352,9 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
         result["status"] = "ok"
     except BaseException as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
+        if records_all:  # requests.jsonl keeps what was measured; the run is incomplete
+            result["partial"] = {"requests_recorded": len(records_all),
+                                 "runs_completed": [f"{r['point']} repeat {r['repeat']}" for r in runs]}
         result["levels_partial"] = {p: _aggregate(runs, c, p) for p, c in dict.fromkeys(
             (r["point"], r["concurrency"]) for r in runs)}
         _write_results(out, result, runs)
@@ -349,6 +388,9 @@ def _write_results(out: Path, result: dict[str, Any], runs: list[dict[str, Any]]
         lean["effective"] = {k: (str(v) if isinstance(v, list) else v) for k, v in result["effective_config"].items()}
     if "error" in result:
         lean["error"] = result["error"]
+    if "partial" in result:
+        lean["partial"] = True
+        lean["requests_recorded"] = result["partial"]["requests_recorded"]
     write_json_atomic(out / "metrics.json", lean)
 
 

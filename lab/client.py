@@ -35,7 +35,7 @@ import concurrent.futures
 import json
 import time
 import urllib.request
-from typing import Any
+from typing import Any, Callable
 
 import aiohttp
 from tqdm import tqdm  # plain text bar: renders in papermill-executed notebooks without ipywidgets
@@ -180,6 +180,7 @@ async def run_requests(
     progress_desc: str | None = None,
     mode: str = "",
     repeat: int = 0,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Send ``texts`` to ``{base_url}/generate`` with at most ``concurrency`` in flight.
 
@@ -196,6 +197,9 @@ async def run_requests(
     :param rid_prefix: request-id prefix, e.g. ``"eagle3_decode-c8-r1"``.
     :param progress_desc: tqdm label; None disables the progress bar.
     :param mode, repeat: copied into each record.
+    :param on_record: called (on the client's event loop) with each record as soon as it is
+        final, so a caller can persist it at once: a run interrupted mid-way, even by
+        SIGKILL, keeps every request that had finished.
     :returns: one record per input, in input order (docs/contracts.md). Errors are never
         dropped: ``ok=False`` with ``error`` text (HTTP status, timeout, connection reset,
         malformed chunk, server error). If the server refuses connections (it died), the
@@ -250,6 +254,8 @@ async def run_requests(
                     if not stop_reason:
                         stop_reason.append(str(exc))
                 t_due = rec["t_end"]
+                if on_record is not None:
+                    on_record(rec)
                 tokens_total += rec["completion_tokens"] or 0
                 bar.update(1)
                 bar.set_postfix(tok=tokens_total, refresh=False)
@@ -264,6 +270,8 @@ async def run_requests(
             if rec["t_send"] is None:
                 rec["error"] = f"{NOT_SENT_PREFIX}: server unreachable ({stop_reason[0]})"
                 rec["ok"] = False
+                if on_record is not None:
+                    on_record(rec)
     return records
 
 
@@ -278,8 +286,13 @@ def run_requests_sync(base_url: str, texts: list[tuple[int, str]], **kwargs: Any
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coro_fn())
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
         return pool.submit(lambda: asyncio.run(coro_fn())).result()
+    finally:
+        # On KeyboardInterrupt/SystemExit (a signal to the kernel) do not wait for the
+        # benchmark to drain: the caller stops the engine, which ends the thread's requests.
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def fetch_text(url: str, timeout_s: float = 10.0) -> str:

@@ -119,6 +119,9 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
             for axis in ("context_tokens", "max_new_tokens"):
                 if axis in sub and sub[axis].notna().any():
                     entry[axis] = row[axis] = int(sub[axis].iloc[0])
+            if "errors" in sub:  # failed requests are counted, never dropped
+                entry["requests"] = row["requests"] = int(sub["requests"].sum())
+                entry["errors"] = row["errors"] = int(sub["errors"].sum())
             for m in SUMMARY_METRICS:
                 if m in sub and sub[m].notna().any():
                     mean, lo, hi = stats.mean_ci(sub[m].dropna().tolist())
@@ -151,7 +154,7 @@ def _lean(summary: dict[str, Any]) -> dict[str, float]:
     flat: dict[str, float] = {}
     for mode, levels in summary["modes"].items():
         for lvl, e in levels.items():
-            for m in ("decode_tok_s", "output_tok_s", "accept_length", "verify_ms"):
+            for m in ("decode_tok_s", "output_tok_s", "accept_length", "verify_ms", "error_rate"):
                 if m in e:
                     flat[f"{mode}.{lvl}.{m}"] = e[m]["mean"]
             if "speedup_decode_tok_s" in e:
@@ -167,7 +170,9 @@ def _write_csv(rows: list[dict[str, Any]], path: Path) -> None:
     cols: list[str] = []
     for r in rows:
         cols += [k for k in r if k not in cols]
-    with open(path, "w", newline="") as f:
+    from lab.atomic import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
         w.writerows(rows)

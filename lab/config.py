@@ -61,6 +61,8 @@ class ServerParams(_Strict):
     ``max_running_requests`` and ``cuda_graph_max_bs_decode`` are applied identically to
     every mode: SGLang caps speculative servers at 48 running requests when unset, and the
     baseline has no cap, so leaving them unset compares different schedulers.
+    ``host`` other than loopback exposes the engine (a warning is printed at launch);
+    ``stop_grace_s`` is the wait between SIGTERM and SIGKILL of the engine's process group.
     """
 
     host: str = "127.0.0.1"
@@ -71,6 +73,7 @@ class ServerParams(_Strict):
     decode_log_interval: int = Field(40, ge=1)
     context_length: int | None = Field(None, ge=1)
     startup_timeout_s: float = Field(1800.0, gt=0)
+    stop_grace_s: float = Field(20.0, gt=0)
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     # Multi-node pass-through (SGLang --nnodes/--node-rank/--dist-init-addr); see docs/gpu-node.md.
@@ -96,6 +99,17 @@ class EmulatorParams(_Strict):
 
     profile: str = "kimi_k25_tp8_pcie"
     startup_delay_s: float = Field(0.5, ge=0)
+    faults: list[str] = Field(default_factory=list)
+
+    @field_validator("faults")
+    @classmethod
+    def _known_faults(cls, v: list[str]) -> list[str]:
+        """Each entry is an ``--emulator-fault`` string (``lab/emulator/faults.py``)."""
+        from lab.emulator.faults import parse_fault
+
+        for f in v:
+            parse_fault(f)  # FaultError (a ValueError) names the fault and the accepted forms
+        return v
 
 
 _MODE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")

@@ -19,6 +19,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from lab import stats  # noqa: E402
+from lab.atomic import savefig_atomic  # noqa: E402
 
 __all__ = ["draw_all", "decode_tok_s_figure", "latency_figure", "accept_length_figure", "speedup_figure"]
 
@@ -132,7 +133,7 @@ def draw_all(runs: pd.DataFrame, requests: pd.DataFrame, summary: dict[str, Any]
     paths = {}
     for name, fig in figs.items():
         path = out_dir / f"{name}.png"
-        fig.savefig(path, dpi=110)
+        savefig_atomic(fig, path, dpi=110)
         plt.close(fig)
         paths[name] = str(path)
     return paths

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-__all__ = ["is_secret_name", "redact_env", "redact_argv", "redact_text", "REDACTED"]
+__all__ = ["is_secret_name", "redact_env", "redact_argv", "redact_text", "argv_secrets", "REDACTED"]
 
 REDACTED = "***"
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
@@ -59,3 +59,14 @@ def redact_text(text: str, env: Mapping[str, str]) -> str:
         if is_secret_name(k) and v and len(v) >= 4:
             text = text.replace(v, REDACTED)
     return text
+
+
+def argv_secrets(argv: list[str]) -> dict[str, str]:
+    """``{flag: value}`` for the secret flags of ``argv`` (what :func:`redact_argv` hides),
+    shaped like an environment so that :func:`redact_text` can scrub them from a log."""
+    out: dict[str, str] = {}
+    for arg, shown in zip(argv, redact_argv(argv)):
+        if shown.endswith(REDACTED) and arg != shown:
+            key = shown[: -len(REDACTED)].rstrip("=") or "ARG_SECRET"
+            out[key + "_SECRET"] = arg.split("=", 1)[1] if "=" in arg and arg.startswith("-") else arg
+    return out

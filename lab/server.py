@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -41,6 +42,7 @@ __all__ = [
     "server_flags",
     "check_port_free",
     "stop_stale_servers",
+    "exposure_warning",
 ]
 
 # Mode field -> SGLang 0.5.23 flag (sglang/srt/arg_groups/fields/spec.py, model.py).
@@ -162,6 +164,8 @@ def build_server_command(
         argv = [python, "-m", "lab.emulator", *flags,
                 "--emulator-profile", params.emulator.profile,
                 "--emulator-startup-delay-s", str(params.emulator.startup_delay_s)]
+        for fault in params.emulator.faults:  # lab/emulator/faults.py; none by default
+            argv += ["--emulator-fault", fault]
         if ground_truth_file is not None:
             argv += ["--ground-truth-file", str(ground_truth_file)]
     return ServerCommand(argv=argv, env=env, engine=params.engine,
@@ -195,6 +199,35 @@ def check_port_free(host: str, port: int) -> None:
     )
 
 
+def exposure_warning(host: str) -> str | None:
+    """A warning when ``host`` is not loopback (the engine would be reachable from the
+    network, unauthenticated); None for ``127.0.0.1``, ``::1``, ``localhost``."""
+    if host in ("127.0.0.1", "::1", "localhost") or host.startswith("127."):
+        return None
+    return (f"[lab] WARNING: server.host={host} exposes the engine beyond this machine without "
+            "authentication. Fix: set server.host: 127.0.0.1 unless you mean it")
+
+
+def _set_parent_death_signal() -> None:
+    """In the engine child (after fork): get SIGTERM if the launching thread dies
+    (Linux ``prctl(PR_SET_PDEATHSIG)``), so a SIGKILLed notebook kernel does not orphan it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def _owner_alive(rec: dict) -> bool:
+    """True if the process that launched a recorded engine still runs (same start time)."""
+    try:
+        owner = psutil.Process(rec["owner_pid"])
+        return abs(owner.create_time() - rec["owner_create_time"]) < 1.0 and owner.status() != psutil.STATUS_ZOMBIE
+    except (KeyError, psutil.Error):
+        return False
+
+
 def _state_dir() -> Path:
     d = main_repo_root(repo_root()) / ".cache" / "servers"
     d.mkdir(parents=True, exist_ok=True)
@@ -204,9 +237,12 @@ def _state_dir() -> Path:
 def stop_stale_servers(state_dir: Path | None = None, *, log=print) -> list[int]:
     """Stop engine process groups recorded by earlier runs that did not clean up.
 
-    A record is ``<state_dir>/<pgid>.json`` holding the leader's pid, start time and argv;
-    a group is stopped only if its leader still runs the recorded command (so a reused pid
-    is never killed).
+    A record is ``<state_dir>/<pgid>.json`` holding the leader's pid, start time and argv,
+    and the launching process (``owner_pid``, ``owner_create_time``: the notebook kernel).
+    A group is stopped only if its leader still runs the recorded command (so a reused pid
+    is never killed) and its owner is gone (a kernel killed hard ran no ``finally``); a
+    group whose owner still runs belongs to a live run and is left alone (the port check
+    then names it).
 
     :returns: the process-group ids that were stopped.
     """
@@ -218,9 +254,11 @@ def stop_stale_servers(state_dir: Path | None = None, *, log=print) -> list[int]
             same = abs(proc.create_time() - rec["create_time"]) < 1.0 and proc.cmdline() == rec["argv"]
         except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError, KeyError, OSError):
             same = False
+        if same and _owner_alive(rec):
+            continue  # a live run's engine: not stale
         if same:
             log(f"[lab] stopping stale engine process group {rec['pgid']} left by an earlier run "
-                f"(port {rec.get('port')})")
+                f"(owner pid {rec.get('owner_pid')} is gone; port {rec.get('port')})")
             _kill_group(rec["pgid"], grace_s=10.0)
             stopped.append(rec["pgid"])
         rec_path.unlink(missing_ok=True)
@@ -244,24 +282,28 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def _kill_group(pgid: int, grace_s: float) -> None:
-    """SIGTERM the group, wait up to ``grace_s``, then SIGKILL what is left."""
+def _kill_group(pgid: int, grace_s: float) -> bool:
+    """SIGTERM the group, wait up to ``grace_s``, then SIGKILL what is left.
+
+    :returns: True if SIGKILL was needed.
+    """
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
-        return
+        return False
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if not _group_alive(pgid):
-            return
+            return False
         time.sleep(0.05)
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
-        return
+        return False
     deadline = time.monotonic() + 5.0
     while _group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
+    return True
 
 
 def log_tail(path: Path, n: int = 40) -> str:
@@ -292,6 +334,7 @@ class ServerProcess:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.proc: psutil.Popen | None = None
         self.started_at: float | None = None
+        self.killed = False  # True once stop() needed SIGKILL
 
     @property
     def base_url(self) -> str:
@@ -303,16 +346,29 @@ class ServerProcess:
         check_port_free(self.command.host, self.command.port)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.command.env, "PYTHONUNBUFFERED": "1"}
+        warning = exposure_warning(self.command.host)
+        if warning:
+            print(warning, file=sys.stderr)
+        # Parent-death signal only when launched from the main thread: PR_SET_PDEATHSIG
+        # fires when the launching *thread* exits, and a worker thread may end early.
+        pdeath = _set_parent_death_signal if threading.current_thread() is threading.main_thread() else None
         with open(self.log_path, "ab") as log:
+            if warning:
+                log.write(f"{warning}\n".encode())
             log.write(f"[lab] launch: {self.command.display()}\n".encode())
             log.flush()
             self.proc = psutil.Popen(self.command.argv, stdout=log, stderr=log,
-                                     stdin=subprocess.DEVNULL, env=env,
+                                     stdin=subprocess.DEVNULL, env=env, preexec_fn=pdeath,
                                      start_new_session=True, cwd=str(repo_root()))
         self.started_at = time.perf_counter()
+        me = psutil.Process()
         rec = {"pid": self.proc.pid, "pgid": self.proc.pid, "create_time": self.proc.create_time(),
-               "argv": self.command.argv, "port": self.command.port}
-        (self.state_dir / f"{self.proc.pid}.json").write_text(json.dumps(rec))
+               "argv": self.command.argv, "port": self.command.port,
+               "owner_pid": me.pid, "owner_create_time": me.create_time()}
+        rec_path = self.state_dir / f"{self.proc.pid}.json"
+        tmp = rec_path.with_name(f".{rec_path.name}.tmp")
+        tmp.write_text(json.dumps(rec))
+        os.replace(tmp, rec_path)
         return self
 
     def alive(self) -> bool:
@@ -355,12 +411,37 @@ class ServerProcess:
         """Stop the whole process group (SIGTERM, then SIGKILL after the grace period)."""
         if self.proc is None:
             return
-        _kill_group(self.proc.pid, self.stop_grace_s)
+        if _kill_group(self.proc.pid, self.stop_grace_s):
+            self.killed = True
+            try:
+                with open(self.log_path, "a") as log:
+                    log.write(f"[lab] engine ignored SIGTERM for {self.stop_grace_s:g} s "
+                              "(server.stop_grace_s); its process group was SIGKILLed\n")
+            except OSError:
+                pass
         try:
             self.proc.wait(timeout=5)
         except (psutil.TimeoutExpired, OSError):
             pass
         (self.state_dir / f"{self.proc.pid}.json").unlink(missing_ok=True)
+        self._redact_log()
+
+    def _redact_log(self) -> None:
+        """Scrub secret values (secret-named env variables, ``--api-key``-like flags) that
+        the engine itself printed (SGLang logs its server args) from ``server.log``, which
+        becomes an MLflow artifact."""
+        from lab.redact import argv_secrets, redact_text
+
+        secrets = {**self.command.env, **argv_secrets(self.command.argv)}
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return
+        clean = redact_text(text, secrets)
+        if clean != text:
+            tmp = self.log_path.with_name(f".{self.log_path.name}.tmp")
+            tmp.write_text(clean)
+            os.replace(tmp, self.log_path)
 
     def __enter__(self) -> "ServerProcess":
         return self.start()

@@ -59,18 +59,32 @@ def run_stage(stage: str, mode: str | None = None, params_file: str | None = Non
     output = out_dir / f"{name}.ipynb"
     if params_file:
         parameters["params_file"] = str(Path(params_file).resolve())
+    from lab.interrupt import forward_signals
+    from lab.server import stop_stale_servers
+
+    received: list[int] = []
     try:
-        pm.execute_notebook(
-            str(root / "notebooks" / f"{name}.ipynb"),
-            str(output),
-            parameters=parameters,
-            cwd=str(root),
-            kernel_name="python3",
-            progress_bar=False,
-            log_output=True,
-        )
+        with forward_signals() as received:
+            pm.execute_notebook(
+                str(root / "notebooks" / f"{name}.ipynb"),
+                str(output),
+                parameters=parameters,
+                cwd=str(root),
+                kernel_name="python3",
+                progress_bar=False,
+                log_output=True,
+            )
+    except Exception:
+        if received:  # the cell failed because we interrupted it
+            raise KeyboardInterrupt(f"stage interrupted by signal {received[0]}") from None
+        raise
     finally:
+        # A kernel killed hard ran no `finally`: stop the engine group it left (its owner,
+        # the kernel, is dead), saying so.
+        stop_stale_servers(log=lambda m: print(m, file=sys.stderr, flush=True))
         _log_executed_notebook(params, output)
+    if received:
+        raise KeyboardInterrupt(f"stage interrupted by signal {received[0]}")
     return output
 
 
@@ -170,11 +184,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", help="mode name from params.yaml (stage bench)")
     ap.add_argument("--params", help="params file (default: <repo>/params.yaml)")
     args = ap.parse_args(argv)
+    from lab.interrupt import die_with_parent
+
+    die_with_parent()  # dvc killed -> SIGTERM here -> forwarded to the kernel
     try:
         out = run_stage(args.stage, args.mode, args.params)
     except ParamsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        print(f"error: stage {args.stage} interrupted ({exc}); no engine left running", file=sys.stderr)
+        return 130
     except Exception as exc:  # papermill's error already printed the failing cell
         name = type(exc).__name__
         print(f"error: stage {args.stage}{' ' + args.mode if args.mode else ''} failed ({name}: {exc}); "

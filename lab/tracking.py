@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.config import LabParams, repo_root
-from lab.redact import is_secret_name, REDACTED
+from lab.redact import REDACTED, is_secret_name, redact_argv
 
 __all__ = ["TrackingError", "RunHandle", "open_run", "attach_artifact", "flatten_params", "run_tags", "git_commit"]
 
@@ -31,7 +31,7 @@ def flatten_params(obj: Any, prefix: str = "") -> dict[str, str]:
 
     Lists become their JSON-ish ``str``, ``None`` becomes ``"null"``, booleans ``"true"``/
     ``"false"``; keys whose last part looks secret (TOKEN, KEY, SECRET, PASSWORD) are
-    redacted. Values are cut to MLflow's 6000-character limit.
+    redacted, and so are secret flags' values in lists of strings (``extra_args``). Values are cut to MLflow's 6000-character limit.
     """
     out: dict[str, str] = {}
     if isinstance(obj, Mapping):
@@ -42,6 +42,8 @@ def flatten_params(obj: Any, prefix: str = "") -> dict[str, str]:
             else:
                 out.update(flatten_params(v, key))
         return out
+    if isinstance(obj, list) and all(isinstance(x, str) for x in obj):
+        obj = redact_argv(obj)  # extra_args: ["--api-key", "sk-..."] -> ["--api-key", "***"]
     if obj is None:
         value = "null"
     elif isinstance(obj, bool):

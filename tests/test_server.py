@@ -247,8 +247,17 @@ def test_stale_group_from_killed_run_is_stopped(tmp_path):
     cmd = _fake(tmp_path)
     srv = ServerProcess(cmd, tmp_path / "server.log", state_dir=tmp_path).start()
     srv.wait_ready(20)
-    pgid = srv.proc.pid  # the notebook kernel "dies" here: no stop()
+    pgid = srv.proc.pid
     messages = []
+    assert stop_stale_servers(tmp_path, log=messages.append) == []  # its owner (us) lives: not stale
+    assert _group_pids(pgid)
+    # the notebook kernel "dies" here without stop(): its recorded owner is now a dead pid
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    rec_path = tmp_path / f"{pgid}.json"
+    rec = json.loads(rec_path.read_text())
+    rec["owner_pid"] = dead.pid
+    rec_path.write_text(json.dumps(rec))
     assert stop_stale_servers(tmp_path, log=messages.append) == [pgid]
-    assert "stale" in messages[0]
+    assert "stale" in messages[0] and f"owner pid {dead.pid} is gone" in messages[0]
     assert _group_pids(pgid) == []

@@ -19,11 +19,13 @@ from aiohttp import web
 
 from lab.emulator.args import parse_args
 from lab.emulator.engine import Engine
+from lab.emulator.faults import FaultError, Faults, parse_faults
 from lab.emulator.http import AppState, build_app, dispatch_events
 from lab.emulator.metrics import EmulatorMetrics
 from lab.emulator.profile import ProfileError, load_profile
 from lab.emulator.sglog import log_startup, setup_logging
 from lab.emulator.truth import TruthWriter
+from lab.redact import redact_argv
 
 SWITCH_INTERVAL_S = 2e-4  # GIL hand-over latency bound, so the engine thread hits deadlines
 
@@ -42,7 +44,8 @@ def _env_float(name: str) -> float | None:
         raise SystemExit(f"{name}={v!r} is not a number") from None
 
 
-async def _serve(args, profile, profile_path, truth: TruthWriter, metrics: EmulatorMetrics, log) -> None:
+async def _serve(args, profile, profile_path, truth: TruthWriter, metrics: EmulatorMetrics, log,
+                 faults: Faults) -> None:
     loop = asyncio.get_running_loop()
 
     def deliver(events):
@@ -55,12 +58,13 @@ async def _serve(args, profile, profile_path, truth: TruthWriter, metrics: Emula
     engine = Engine(args, profile, deliver=deliver, metrics=metrics, truth=truth, log=log,
                     simulate_acc_len=sim, record_step_time=_env_bool("SGLANG_RECORD_STEP_TIME"))
     state = AppState(args=args, profile=profile, profile_path=profile_path, engine=engine, metrics=metrics,
-                     startup_time=time.time())
+                     startup_time=time.time(), faults=faults)
     runner = web.AppRunner(build_app(state), handle_signals=False, access_log=None)
     await runner.setup()
     stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    if faults.wants_signal_handlers():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
     engine.start()
     try:
         await web.TCPSite(runner, args.host, args.port).start()
@@ -95,7 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parse_args(argv)
     log = setup_logging()
     if unknown:
-        log.warning(f"emulator: ignoring unknown flags: {' '.join(unknown)}")
+        log.warning(f"emulator: ignoring unknown flags: {' '.join(redact_argv(unknown))}")
+    try:
+        faults = parse_faults(args.emulator_faults)
+    except FaultError as exc:
+        log.error(str(exc))
+        return 2
+    faults.on_process_start(log)
     try:
         profile, profile_path = load_profile(args.emulator_profile)
     except ProfileError as exc:
@@ -105,13 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     log.info(f"engine=emulator profile={profile.name} v{profile.version} ({profile_path}); no GPU is used")
     truth = TruthWriter(args.ground_truth_file)
     truth.write({"kind": "header", "profile": {**profile.model_dump(), "path": str(profile_path)},
-                 "argv": argv, "pid": os.getpid(), "server_args": args.to_dict()}, flush=True)
+                 "argv": redact_argv(argv), "pid": os.getpid(), "server_args": args.to_dict()}, flush=True)
     metrics = EmulatorMetrics(args.served_model_name, _env_bool("SGLANG_ENABLE_METRICS_DEVICE_TIMER"))
     log_startup(log, args.emulator_startup_delay_s, speculative=args.is_speculative, graph_bs=args.cuda_graph_bs_decode,
                 disable_cuda_graph=args.disable_cuda_graph, backend="full",
                 num_tokens_per_req=args.speculative_num_draft_tokens or 1)
+    faults.on_loaded(log)
     try:
-        asyncio.run(_serve(args, profile, profile_path, truth, metrics, log))
+        asyncio.run(_serve(args, profile, profile_path, truth, metrics, log, faults))
     finally:
         truth.close()
     return 0

@@ -63,6 +63,7 @@ class ServerArgs:
     emulator_profile: str
     ground_truth_file: str | None
     emulator_startup_delay_s: float
+    emulator_faults: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def is_speculative(self) -> bool:
@@ -103,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--emulator-profile", default="kimi_k25_tp8_pcie", help="bundled profile name or path to a JSON profile")
     a("--ground-truth-file", default=None, help="JSONL ground truth (docs/contracts.md)")
     a("--emulator-startup-delay-s", type=float, default=0.5, help="seconds of fake startup logging before the port is bound")
+    a("--emulator-fault", dest="emulator_faults", action="append", default=[],
+      help="inject a fault (repeatable): see lab/emulator/faults.py")
     return p
 
 
@@ -158,5 +161,6 @@ def parse_args(argv: list[str]) -> tuple[ServerArgs, list[str]]:
         emulator_profile=ns.emulator_profile,
         ground_truth_file=ns.ground_truth_file,
         emulator_startup_delay_s=max(0.0, ns.emulator_startup_delay_s),
+        emulator_faults=list(ns.emulator_faults),
     )
     return args, unknown

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import math
 import time
 import uuid
@@ -25,6 +26,7 @@ from aiohttp import web
 
 from lab.emulator.args import ServerArgs
 from lab.emulator.engine import Engine
+from lab.emulator.faults import Faults
 from lab.emulator.request import Request
 from lab.emulator.metrics import CONTENT_TYPE_LATEST, EmulatorMetrics
 from lab.emulator.profile import CostProfile
@@ -43,6 +45,7 @@ class AppState:
     engine: Engine
     metrics: EmulatorMetrics
     startup_time: float
+    faults: Faults = dataclasses.field(default_factory=Faults)
 
 
 def dispatch_events(events: list[tuple[Request, dict]]) -> None:
@@ -136,6 +139,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if max_new < 1:
         return _bad("sampling_params.max_new_tokens must be >= 1")
     stream = bool(body.get("stream", False))
+    if (status := st.faults.on_generate(logging.getLogger("sglang"))) is not None:
+        return web.json_response({"error": {"message": "Internal server error (injected fault http500-every)",
+                                            "type": "InternalServerError", "code": status}}, status=status)
     req = _submit(st, body.get("rid"), prompt_tokens, max_new, stream)
     if not stream:
         async for ev in _events(req):
@@ -143,8 +149,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
         return web.json_response({"text": " ".join(req.words[: last["ct"]]), "meta_info": _meta(st, req, last), "index": 0})
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
+    stalled = [False]
     try:
         async for ev in _events(req):
+            await st.faults.maybe_stall(ev["ct"], req.max_new_tokens, stalled)
             await resp.write(_sse({"text": " ".join(req.words[: ev["ct"]]), "meta_info": _meta(st, req, ev), "index": 0}))
         await resp.write(b"data: [DONE]\n\n")
     except (ConnectionResetError, asyncio.CancelledError):
@@ -212,6 +220,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def health(request: web.Request) -> web.Response:
     st: AppState = request.app[STATE_KEY]
+    await st.faults.on_health(bool(st.engine.running or st.engine.waiting))
     ok = st.engine.is_alive()
     return web.Response(status=200 if ok else 503, text="" if ok else f"engine thread not running: {st.engine.error!r}")
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lab.atomic import savefig_atomic
+
 __all__ = [
     "FIGURE_FILES",
     "SEEDS_EAGER_VERIFY_OVER_GRAPH_DECODE",
@@ -108,14 +110,14 @@ def make_figures(metrics: dict[str, Any], out_dir: str | Path) -> list[str]:
     _draw_times(ax, metrics)
     ax.set_title("One forward: eager vs CUDA graph\n" + _subtitle(metrics), fontsize=9)
     fig.tight_layout()
-    fig.savefig(out / FIGURE_FILES[0], dpi=130)
+    savefig_atomic(fig, out / FIGURE_FILES[0], dpi=130)
     plt.close(fig)
     written.append(FIGURE_FILES[0])
     fig, ax = plt.subplots(figsize=(7, 5))
     _draw_ratios(ax, metrics)
     ax.set_title("Verify cost relative to decode\n" + _subtitle(metrics), fontsize=9)
     fig.tight_layout()
-    fig.savefig(out / FIGURE_FILES[1], dpi=130)
+    savefig_atomic(fig, out / FIGURE_FILES[1], dpi=130)
     plt.close(fig)
     written.append(FIGURE_FILES[1])
     return written
@@ -134,7 +136,7 @@ def plot_overview(metrics: dict[str, Any], path: str | Path) -> Path:
     fig.suptitle("PyTorch layer stack (no SGLang, random weights): " + _subtitle(metrics), fontsize=9)
     fig.tight_layout()
     p = Path(path)
-    fig.savefig(p, dpi=130)
+    savefig_atomic(fig, p, dpi=130)
     plt.close(fig)
     return p
 

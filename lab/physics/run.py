@@ -55,7 +55,9 @@ def write_metrics(metrics: Mapping[str, Any], out_dir: str | Path) -> Path:
         return v
 
     p = out / "metrics.json"
-    p.write_text(json.dumps(clean(dict(metrics)), indent=1) + "\n")
+    from lab.atomic import write_text_atomic
+
+    write_text_atomic(p, json.dumps(clean(dict(metrics)), indent=1) + "\n")
     return p
 
 
