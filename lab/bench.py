@@ -325,7 +325,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                                                     max_new_tokens=out_len, point=point))
                         _log_telemetry(run, gpu, telemetry_step, log)
                         telemetry_step += len(gpu.step_metrics())
-                        _check_alive(srv, f"{mode_name} {point} repeat {rep}", out, recs)
+                        _check_alive(srv, f"{mode_name} c={c} repeat {rep}", out, recs)
                         server = window_server_timing(
                             prom0, client.fetch_text(srv.base_url + "/metrics"), info0,
                             client.fetch_json(srv.base_url + "/server_info"), log_window.read(),
@@ -334,7 +334,8 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                         if not window or not any(r["ok"] for r in recs):
                             # all failed: a summary would read as a (zero-throughput) result
                             raise BenchError(
-                                f"no request succeeded at {point} repeat {rep} ({len(recs)} sent): "
+                                f"no request succeeded at c={c}{'' if point == level_key(c) else ' (' + point + ')'} "
+                                f"repeat {rep} ({len(recs)} sent): "
                                 f"{recs[0].get('error') if recs else 'no requests'}. Fix: see "
                                 f"{out / 'requests.jsonl'} and {out / 'server.log'}; raise "
                                 "bench.request_timeout_s if requests timed out")

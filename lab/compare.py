@@ -107,6 +107,8 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
         "notice", "rows": [...]}``; ``rows`` is flat (one per mode x level) for the CSV.
     """
     summary: dict[str, Any] = {"baseline": baseline, "modes": {}, "rows": []}
+    if "point" not in runs:  # results from before the context/output axes
+        runs = runs.assign(point=[f"c{int(c)}" for c in runs["concurrency"]])
     for mode in results:
         summary["modes"][mode] = {}
         mine = runs[runs["mode"] == mode]

@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 from lab.bench import BenchError, run_mode
 from lab.config import ParamsError, load_params
 from lab.dataset import DatasetError
+from lab.preflight import PreflightError
 from lab.server import ServerError, exposure_warning
 from lab.tracking import TrackingError
 from reliability_util import ROOT, engines_on, free_port, small_params
@@ -89,7 +90,8 @@ def test_port_in_use_fails_before_server(tmp_path):
         s.bind(("127.0.0.1", params.server.port))
         s.listen()
         out = tmp_path / "baseline"
-        with pytest.raises(ServerError, match=rf"port {params.server.port} on 127.0.0.1 is in use.*Fix"):
+        # preflight (lab.preflight) catches it first; lab.server's own check is the backstop
+        with pytest.raises((ServerError, PreflightError), match=rf"(?s)port {params.server.port} on 127.0.0.1 is in use.*[Ff]ix"):
             run_mode(params, "baseline", out)
     assert not (out / "ground_truth.jsonl").exists()  # the emulator never ran
     assert json.loads((out / "metrics.json").read_text())["status"] == "failed"
@@ -166,7 +168,7 @@ def test_secrets_redacted_end_to_end(tmp_path):
     result = run_mode(params, "baseline", out)
     assert result["status"] == "ok"
     assert "HF_TOKEN='***'" in result["server_command"] and "--api-key '***'" in result["server_command"]
-    for f in out.iterdir():
+    for f in (p for p in out.rglob("*") if p.is_file()):
         text = f.read_text(errors="replace")
         assert secret not in text and key not in text, f"secret leaked into {f.name}"
     assert "[lab] launch:" in (out / "server.log").read_text()
