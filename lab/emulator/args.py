@@ -57,6 +57,8 @@ class ServerArgs:
     emulator_profile: str
     ground_truth_file: str | None
     emulator_startup_delay_s: float
+    emulator_output: str = "random"
+    incremental_streaming_output: bool = False
 
     @property
     def is_speculative(self) -> bool:
@@ -97,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--emulator-profile", default="kimi_k25_tp8_pcie", help="bundled profile name or path to a JSON profile")
     a("--ground-truth-file", default=None, help="JSONL ground truth (docs/contracts.md)")
     a("--emulator-startup-delay-s", type=float, default=0.5, help="seconds of fake startup logging before the port is bound")
+    a("--incremental-streaming-output", action="store_true",
+      help="SGLang flag: stream each chunk's new text only (default: cumulative text)")
+    a("--emulator-output", default="random", choices=["random", "loop"],
+      help="generated text: random words (default) or a looping phrase (tests the degenerate-output check)")
     return p
 
 
@@ -150,5 +156,7 @@ def parse_args(argv: list[str]) -> tuple[ServerArgs, list[str]]:
         emulator_profile=ns.emulator_profile,
         ground_truth_file=ns.ground_truth_file,
         emulator_startup_delay_s=max(0.0, ns.emulator_startup_delay_s),
+        emulator_output=ns.emulator_output,
+        incremental_streaming_output=ns.incremental_streaming_output,
     )
     return args, unknown

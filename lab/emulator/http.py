@@ -96,7 +96,7 @@ def _sse(obj: Any) -> bytes:
 
 def _submit(st: AppState, rid: str | None, prompt_tokens: int, max_new_tokens: int, stream: bool) -> Request:
     req = Request(rid=rid or uuid.uuid4().hex, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
-                  stream=stream, sink=asyncio.Queue())
+                  stream=stream, sink=asyncio.Queue(), loop=st.args.emulator_output == "loop")
     st.engine.submit(req)
     return req
 
@@ -143,9 +143,14 @@ async def generate(request: web.Request) -> web.StreamResponse:
         return web.json_response({"text": " ".join(req.words[: last["ct"]]), "meta_info": _meta(st, req, last), "index": 0})
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
+    incremental, sent = st.args.incremental_streaming_output, 0
     try:
         async for ev in _events(req):
-            await resp.write(_sse({"text": " ".join(req.words[: ev["ct"]]), "meta_info": _meta(st, req, ev), "index": 0}))
+            if incremental:  # --incremental-streaming-output: only the new words
+                text, sent = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]]), ev["ct"]
+            else:
+                text = " ".join(req.words[: ev["ct"]])
+            await resp.write(_sse({"text": text, "meta_info": _meta(st, req, ev), "index": 0}))
         await resp.write(b"data: [DONE]\n\n")
     except (ConnectionResetError, asyncio.CancelledError):
         req.aborted = True
