@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lab import client, metrics as M, stats
+from lab import client, hygiene, metrics as M, sentinel, stats
 from lab.config import LabParams, repo_root
 from lab.dataset import load_prompts, workload
 from lab.effective import effective_config
@@ -39,6 +39,7 @@ HEADLINE_METRICS: tuple[str, ...] = (
     "decode_tok_s", "output_tok_s", "accept_length", "cycle_ms", "verify_ms", "draft_ms",
     "decode_ms", "verify_graph_fraction", "p50_ttft_ms", "p50_itl_ms", "p50_icl_ms",
     "p50_tpot_ms", "p99_itl_ms", "server_step_ms", "error_rate", "p50_dispatch_delay_ms",
+    "p99_dispatch_delay_ms",
 )
 
 
@@ -96,6 +97,7 @@ def _aggregate(runs: list[dict[str, Any]], level: int) -> dict[str, Any]:
             mean, lo, hi = stats.mean_ci(values)
             out[key] = {"mean": mean, "ci95_lo": lo, "ci95_hi": hi, "values": values}
     out["token_accounting_ok"] = all(r.get("token_accounting_ok", True) for r in rows)
+    out["degenerate_output"] = any((r.get("hygiene") or {}).get("degenerate", {}).get("degenerate") for r in rows)
     return out
 
 
@@ -193,11 +195,14 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
             result["effective_config"] = effective_config(info)
             run.log_params(flatten_params({"effective": result["effective_config"]}))
             if b.warmup_requests:
-                client.run_requests_sync(
-                    srv.base_url, workload(prompts, b.warmup_requests, b.seed + 10_000),
-                    concurrency=min(levels[-1], b.warmup_requests), max_new_tokens=b.max_new_tokens,
-                    temperature=b.temperature, timeout_s=b.request_timeout_s,
-                    rid_prefix=f"{mode_name}-warmup", progress_desc=None, mode=mode_name)
+                result["warmup"] = hygiene.warmup_until_stable(
+                    lambda i, n: client.run_requests_sync(
+                        srv.base_url, workload(prompts, n, b.seed + 10_000 + i),
+                        concurrency=min(levels[-1], n), max_new_tokens=b.max_new_tokens,
+                        temperature=b.temperature, timeout_s=b.request_timeout_s,
+                        rid_prefix=f"{mode_name}-warmup{i}", progress_desc=None, mode=mode_name),
+                    batch=b.warmup_requests, cv_threshold=b.warmup_cv_threshold, window=b.warmup_window,
+                    max_requests=max(b.warmup_max_requests, b.warmup_requests), log=log)
             with open(out / "requests.jsonl", "a") as req_file:
                 for c in levels:
                     for rep in range(b.repeats):
@@ -228,12 +233,19 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                                              f"{recs[0].get('error') if recs else 'no requests'}")
                         summary = M.summarize_run(recs, wall_s=window, server=server)
                         summary.update(concurrency=c, repeat=rep)
+                        summary["hygiene"] = hygiene.run_hygiene(
+                            recs, ngram_n=b.ngram_n, ngram_threshold=b.ngram_repeat_threshold,
+                            degenerate_max_fraction=b.degenerate_max_fraction)
                         runs.append(summary)
         result["levels"] = {level_key(c): _aggregate(runs, c) for c in levels}
         if truth_path is not None and truth_path.exists():
             result["ground_truth"] = _ground_truth(truth_path, records_all, levels)
         result["headline"] = _headline(result["levels"])
+        result["warnings"] = hygiene.hygiene_warnings(runs, result.get("warmup"))
+        for w in result["warnings"]:
+            log(f"[lab] WARNING {mode_name}: {w}")
         result["status"] = "ok"
+        result["sentinel"] = sentinel.check(params, result, run_id=result_run_id, log=log)
     except BaseException as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["levels_partial"] = {level_key(c): _aggregate(runs, c) for c in levels if any(r["concurrency"] == c for r in runs)}
@@ -253,6 +265,10 @@ def _write_results(out: Path, result: dict[str, Any], runs: list[dict[str, Any]]
     lean = {"status": result["status"], "engine": result["engine"], **result.get("headline", {})}
     if "error" in result:
         lean["error"] = result["error"]
+    if result.get("warnings"):
+        lean["warnings"] = "; ".join(result["warnings"])
+    if result.get("sentinel"):
+        lean["sentinel"] = result["sentinel"]["status"]
     write_json_atomic(out / "metrics.json", lean)
 
 
@@ -260,6 +276,7 @@ def _finish_tracking(run: RunHandle, out: Path, result: dict[str, Any], status: 
     """Log metrics and artifacts; a tracking failure keeps the results and says how to re-log."""
     try:
         run.set_tags({"status": result["status"], "engine_version": result.get("engine_version", "unknown")})
+        sentinel.log_to_run(run, result)
         run.log_metrics(result.get("headline", {}))
         for key, agg in result.get("levels", {}).items():
             run.log_metrics({m: v["mean"] for m, v in agg.items() if isinstance(v, dict)},
@@ -288,6 +305,8 @@ def levels_table(result: dict[str, Any]):
                 v = agg[m]
                 row[m] = (f"{v['mean']:.2f} [{v['ci95_lo']:.2f}, {v['ci95_hi']:.2f}]"
                           if v["ci95_lo"] == v["ci95_lo"] else f"{v['mean']:.2f}")
+        row["token_accounting_ok"] = agg.get("token_accounting_ok")
+        row["degenerate_output"] = agg.get("degenerate_output")
         truth = result.get("ground_truth", {}).get(key, {})
         for m in ("decode_tok_s", "accept_length", "verify_ms"):
             if truth.get(m) is not None:
