@@ -101,6 +101,12 @@ def _submit(st: AppState, rid: str | None, prompt_tokens: int, max_new_tokens: i
     return req
 
 
+def _record_sent(st: AppState, req: Request, first: float | None, last: float | None) -> None:
+    """Ground truth "on the wire": when the first and last content chunks were written to the socket."""
+    if first is not None:
+        st.engine.truth.write({"kind": "sent", "rid": req.rid, "first_sent": first, "last_sent": last})
+
+
 def _bad(msg: str) -> web.Response:
     return web.json_response({"error": {"message": msg, "type": "BadRequestError", "code": 400}}, status=400)
 
@@ -144,6 +150,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     incremental, sent = st.args.incremental_streaming_output, 0
+    first_sent = last_sent = None
     try:
         async for ev in _events(req):
             if incremental:  # --incremental-streaming-output: only the new words
@@ -151,7 +158,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
             else:
                 text = " ".join(req.words[: ev["ct"]])
             await resp.write(_sse({"text": text, "meta_info": _meta(st, req, ev), "index": 0}))
+            last_sent = time.perf_counter()
+            first_sent = first_sent or last_sent
         await resp.write(b"data: [DONE]\n\n")
+        _record_sent(st, req, first_sent, last_sent)
     except (ConnectionResetError, asyncio.CancelledError):
         req.aborted = True
         raise
@@ -198,6 +208,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     sent = 0
+    first_sent = last_sent = None
     async for ev in _events(req):
         words = req.words[sent: ev["ct"]]
         delta = (" " if sent else "") + " ".join(words)
@@ -208,6 +219,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         if ev["finished"] and (ext := sglext(_meta(st, req, ev))) is not None:
             chunk["sglext"] = ext
         await resp.write(_sse(chunk))
+        last_sent = time.perf_counter()
+        first_sent = first_sent or last_sent
+    _record_sent(st, req, first_sent, last_sent)
     if include_usage:
         await resp.write(_sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                                "choices": [], "usage": usage(sent)}))
