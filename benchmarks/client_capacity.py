@@ -265,6 +265,14 @@ def render(r: dict) -> str:
                      f"{_p(x['wire_error_decode_tok_s'])} | {_p(x['wire_error_output_tok_s'])} | "
                      f"{_p(x['error_decode_tok_s'])} | {_p(x['error_output_tok_s'])} | {_p(x['error_ttft_ms'])} | "
                      f"{x['errors']} |")
+    ok = [x for x in r["rows"] if x["client"].startswith("lab.client") and all(
+        v is not None and abs(v) <= r["target"] for v in (x["wire_error_decode_tok_s"], x["wire_error_output_tok_s"]))]
+    best = max(ok, key=lambda x: x["aggregate_tok_s"], default=None)
+    lines += ["", "**Verdict (computed from this run):** " + (
+        f"the lab client streamed {best['aggregate_tok_s']:,.0f} tok/s in aggregate on one core ({best['mode']}) "
+        f"with decode_tok_s and output_tok_s errors within {r['target'] * 100:.0f} % of the wire clock: the "
+        f"20,000 tok/s goal is {'met' if best['aggregate_tok_s'] >= 20000 else '**not met** in this run'}."
+        if best else "no lab-client row stayed within the target; see the notes.")]
     lines += ["", "Peer: " + "; ".join(f"{m}: {v}" for m, v in r["peer_status"].items()) + ".", "",
               "Errors are client / truth - 1 with the definitions of `lab/accuracy.py` (truth from the emulator's "
               "side file for the same requests). *vs engine*: truth = the end of the iteration that made each token; "

@@ -101,10 +101,20 @@ def test_sentinel_flags_89_to_82_and_not_an_unchanged_rerun(tmp_path):
                       "sentinel_min_effect": 0.04},
             "server": {"port": _free_port(), "max_running_requests": 8, "cuda_graph_max_bs_decode": 8}})
 
+    def require_schedule_kept(*results):
+        """Timing assertions need an emulator that kept its schedule (its own ground truth says so)."""
+        for res in results:
+            f = res["ground_truth"]["fidelity"]["decode"]
+            drift = f["mean_actual_ms"] / f["mean_planned_ms"] - 1
+            if abs(drift) > 0.02:
+                pytest.skip(f"machine too loaded for a timing test: the emulator's decode steps ran {drift:+.1%} "
+                            "off their plan (ground truth); the sentinel's statistics are covered by the unit tests")
+
     logs: list[str] = []
     first = run_mode(params(str(fast_path)), "baseline", tmp_path / "r1", log=logs.append)
     assert first["sentinel"]["status"] == "no history"
     rerun = run_mode(params(str(fast_path)), "baseline", tmp_path / "r2", log=logs.append)
+    require_schedule_kept(first, rerun)
     s = rerun["sentinel"]
     assert s["config_hash"] == first["sentinel"]["config_hash"]
     assert s["history_run_ids"] == [first["mlflow_run_id"]]
@@ -112,6 +122,7 @@ def test_sentinel_flags_89_to_82_and_not_an_unchanged_rerun(tmp_path):
     assert s["comparison"]["c1"]["decode_tok_s"]["outside_noise"] is False
 
     now = run_mode(params("kimi_k25_tp8_pcie"), "baseline", tmp_path / "r3", log=logs.append)
+    require_schedule_kept(now)
     s = now["sentinel"]
     assert s["config_hash"] == first["sentinel"]["config_hash"]  # same config: the profile is the hidden change
     assert len(s["history_run_ids"]) == 2
