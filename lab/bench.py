@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lab import atomic, client, metrics as M, stats
+from lab import atomic, client, hygiene, metrics as M, sentinel, stats
 from lab.config import LabParams, repo_root
 from lab.context import pad_prompt
 from lab.dataset import load_prompts, workload
@@ -49,6 +49,7 @@ HEADLINE_METRICS: tuple[str, ...] = (
     "decode_ms", "verify_graph_fraction", "p50_ttft_ms", "p50_itl_ms", "p50_icl_ms",
     "p50_tpot_ms", "p99_itl_ms", "server_step_ms", "error_rate", "p50_dispatch_delay_ms",
     "gpu_cycle_ms", "log_verify_graph_fraction", "crosscheck_disagreements",
+    "p99_dispatch_delay_ms",
 )
 
 #: GPU telemetry sampling period, seconds (DESIGN: 1 s or faster).
@@ -160,6 +161,7 @@ def _aggregate(runs: list[dict[str, Any]], level: int, point: str | None = None)
     # Errored requests are counted, never dropped: totals over the level's repeats.
     out["requests"] = sum(r.get("requests", 0) for r in rows)
     out["errors"] = sum(r.get("errors", 0) for r in rows)
+    out["degenerate_output"] = any((r.get("hygiene") or {}).get("degenerate", {}).get("degenerate") for r in rows)
     return out
 
 
@@ -299,11 +301,14 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
             result["effective_config"] = effective_config(info)
             run.log_params(flatten_params({"effective": result["effective_config"]}))
             if b.warmup_requests:
-                client.run_requests_sync(
-                    srv.base_url, workload(prompts, b.warmup_requests, b.seed + 10_000),
-                    concurrency=min(levels[-1], b.warmup_requests), max_new_tokens=b.max_new_tokens,
-                    temperature=b.temperature, timeout_s=b.request_timeout_s,
-                    rid_prefix=f"{mode_name}-warmup", progress_desc=None, mode=mode_name)
+                result["warmup"] = hygiene.warmup_until_stable(
+                    lambda i, n: client.run_requests_sync(
+                        srv.base_url, workload(prompts, n, b.seed + 10_000 + i),
+                        concurrency=min(levels[-1], n), max_new_tokens=b.max_new_tokens,
+                        temperature=b.temperature, timeout_s=b.request_timeout_s,
+                        rid_prefix=f"{mode_name}-warmup{i}", progress_desc=None, mode=mode_name),
+                    batch=b.warmup_requests, cv_threshold=b.warmup_cv_threshold, window=b.warmup_window,
+                    max_requests=max(b.warmup_max_requests, b.warmup_requests), log=log)
                 _check_alive(srv, f"{mode_name} warm-up", out)
             points = [(c, ctx, n) for c in levels for ctx in b.context_tokens for n in b.output_levels]
             with open(out / "requests.jsonl", "a") as req_file:
@@ -344,13 +349,20 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                                        point=point, gpu_telemetry=gpu.summary())
                         for flag in summary["crosscheck"]["flags"]:
                             log(f"[lab] {mode_name} {point} repeat {rep}: CROSS-CHECK: {flag}")
+                        summary["hygiene"] = hygiene.run_hygiene(
+                            recs, ngram_n=b.ngram_n, ngram_threshold=b.ngram_repeat_threshold,
+                            degenerate_max_fraction=b.degenerate_max_fraction)
                         runs.append(summary)
         result["levels"] = {p: _aggregate(runs, c, p) for p, c in dict.fromkeys(
             (r["point"], r["concurrency"]) for r in runs)}
         if truth_path is not None and truth_path.exists():
             result["ground_truth"] = _ground_truth(truth_path, records_all, levels)
         result["headline"] = _headline(result["levels"])
+        result["warnings"] = hygiene.hygiene_warnings(runs, result.get("warmup"))
+        for w in result["warnings"]:
+            log(f"[lab] WARNING {mode_name}: {w}")
         result["status"] = "ok"
+        result["sentinel"] = sentinel.check(params, result, run_id=result_run_id, log=log)
     except BaseException as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
         if records_all:  # requests.jsonl keeps what was measured; the run is incomplete
@@ -392,6 +404,10 @@ def _write_results(out: Path, result: dict[str, Any], runs: list[dict[str, Any]]
     if "partial" in result:
         lean["partial"] = True
         lean["requests_recorded"] = result["partial"]["requests_recorded"]
+    if result.get("warnings"):
+        lean["warnings"] = "; ".join(result["warnings"])
+    if result.get("sentinel"):
+        lean["sentinel"] = result["sentinel"]["status"]
     write_json_atomic(out / "metrics.json", lean)
 
 
@@ -400,6 +416,7 @@ def _finish_tracking(run: RunHandle, out: Path, result: dict[str, Any], status: 
     try:
         run.set_tags({"status": result["status"], "engine_version": result.get("engine_version", "unknown"),
                       **result.get("environment_tags", {})})
+        sentinel.log_to_run(run, result)
         run.log_metrics(result.get("headline", {}))
         startup = result.get("startup") or {}
         run.log_metrics({"startup_s": startup.get("startup_s"),
@@ -435,6 +452,8 @@ def levels_table(result: dict[str, Any]):
                 v = agg[m]
                 row[m] = (f"{v['mean']:.2f} [{v['ci95_lo']:.2f}, {v['ci95_hi']:.2f}]"
                           if v["ci95_lo"] == v["ci95_lo"] else f"{v['mean']:.2f}")
+        row["token_accounting_ok"] = agg.get("token_accounting_ok")
+        row["degenerate_output"] = agg.get("degenerate_output")
         truth = result.get("ground_truth", {}).get(key, {})
         for m in ("decode_tok_s", "accept_length", "verify_ms"):
             if truth.get(m) is not None:

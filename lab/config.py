@@ -225,6 +225,23 @@ class BenchParams(_Strict):
         """Output lengths to sweep (``output_tokens``, or ``[max_new_tokens]``)."""
         return list(self.output_tokens or [self.max_new_tokens])
 
+    # Hygiene (lab/hygiene.py): warm-up batches of ``warmup_requests`` until the per-request
+    # mean ICL of the last ``warmup_window`` requests has CV < ``warmup_cv_threshold``, at
+    # most ``warmup_max_requests``; looping outputs (repeated ``ngram_n``-gram share >
+    # ``ngram_repeat_threshold`` in more than ``degenerate_max_fraction`` of outputs) mark a run.
+    warmup_cv_threshold: float = Field(0.05, gt=0)
+    warmup_window: int = Field(3, ge=2)
+    warmup_max_requests: int = Field(16, ge=0)
+    ngram_n: int = Field(4, ge=1)
+    ngram_repeat_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    degenerate_max_fraction: float = Field(0.25, ge=0.0, le=1.0)
+    # Regression sentinel (lab/sentinel.py): compare with up to ``sentinel_history_runs``
+    # earlier MLflow runs of the same config hash; flag when Welch's p < ``sentinel_alpha``
+    # and the relative change exceeds ``sentinel_min_effect``.
+    sentinel_history_runs: int = Field(5, ge=1)
+    sentinel_alpha: float = Field(0.01, gt=0.0, lt=1.0)
+    sentinel_min_effect: float = Field(0.02, ge=0.0)
+
     @field_validator("concurrency")
     @classmethod
     def _positive_levels(cls, v: list[int]) -> list[int]:

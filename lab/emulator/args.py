@@ -64,6 +64,8 @@ class ServerArgs:
     ground_truth_file: str | None
     emulator_startup_delay_s: float
     emulator_faults: list[str] = dataclasses.field(default_factory=list)
+    emulator_output: str = "random"
+    incremental_streaming_output: bool = False
 
     @property
     def is_speculative(self) -> bool:
@@ -106,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--emulator-startup-delay-s", type=float, default=0.5, help="seconds of fake startup logging before the port is bound")
     a("--emulator-fault", dest="emulator_faults", action="append", default=[],
       help="inject a fault (repeatable): see lab/emulator/faults.py")
+    a("--incremental-streaming-output", action="store_true",
+      help="SGLang flag: stream each chunk's new text only (default: cumulative text)")
+    a("--emulator-output", default="random", choices=["random", "loop"],
+      help="generated text: random words (default) or a looping phrase (tests the degenerate-output check)")
     return p
 
 
@@ -162,5 +168,7 @@ def parse_args(argv: list[str]) -> tuple[ServerArgs, list[str]]:
         ground_truth_file=ns.ground_truth_file,
         emulator_startup_delay_s=max(0.0, ns.emulator_startup_delay_s),
         emulator_faults=list(ns.emulator_faults),
+        emulator_output=ns.emulator_output,
+        incremental_streaming_output=ns.incremental_streaming_output,
     )
     return args, unknown

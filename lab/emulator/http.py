@@ -99,9 +99,15 @@ def _sse(obj: Any) -> bytes:
 
 def _submit(st: AppState, rid: str | None, prompt_tokens: int, max_new_tokens: int, stream: bool) -> Request:
     req = Request(rid=rid or uuid.uuid4().hex, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
-                  stream=stream, sink=asyncio.Queue())
+                  stream=stream, sink=asyncio.Queue(), loop=st.args.emulator_output == "loop")
     st.engine.submit(req)
     return req
+
+
+def _record_sent(st: AppState, req: Request, first: float | None, last: float | None) -> None:
+    """Ground truth "on the wire": when the first and last content chunks were written to the socket."""
+    if first is not None:
+        st.engine.truth.write({"kind": "sent", "rid": req.rid, "first_sent": first, "last_sent": last})
 
 
 def _bad(msg: str) -> web.Response:
@@ -150,11 +156,20 @@ async def generate(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     stalled = [False]
+    incremental, sent = st.args.incremental_streaming_output, 0
+    first_sent = last_sent = None
     try:
         async for ev in _events(req):
             await st.faults.maybe_stall(ev["ct"], req.max_new_tokens, stalled)
-            await resp.write(_sse({"text": " ".join(req.words[: ev["ct"]]), "meta_info": _meta(st, req, ev), "index": 0}))
+            if incremental:  # --incremental-streaming-output: only the new words
+                text, sent = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]]), ev["ct"]
+            else:
+                text = " ".join(req.words[: ev["ct"]])
+            await resp.write(_sse({"text": text, "meta_info": _meta(st, req, ev), "index": 0}))
+            last_sent = time.perf_counter()
+            first_sent = first_sent or last_sent
         await resp.write(b"data: [DONE]\n\n")
+        _record_sent(st, req, first_sent, last_sent)
     except (ConnectionResetError, asyncio.CancelledError):
         req.aborted = True
         raise
@@ -201,6 +216,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     sent = 0
+    first_sent = last_sent = None
     async for ev in _events(req):
         words = req.words[sent: ev["ct"]]
         delta = (" " if sent else "") + " ".join(words)
@@ -211,6 +227,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         if ev["finished"] and (ext := sglext(_meta(st, req, ev))) is not None:
             chunk["sglext"] = ext
         await resp.write(_sse(chunk))
+        last_sent = time.perf_counter()
+        first_sent = first_sent or last_sent
+    _record_sent(st, req, first_sent, last_sent)
     if include_usage:
         await resp.write(_sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                                "choices": [], "usage": usage(sent)}))

@@ -2,7 +2,9 @@
 
 Generated text: one word per token from :data:`VOCAB`, drawn by a ``random.Random``
 seeded with ``crc32(f"{random_seed}:{rid}")`` (reproducible per request, not a repeating
-loop). The client counts tokens from ``meta_info.completion_tokens``, never from words.
+loop), or with ``loop=True`` (``--emulator-output loop``) the 6-word :data:`LOOP_PHRASE`
+over and over, a degenerate output for the lab's looping check. The client counts tokens
+from ``meta_info.completion_tokens``, never from words.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ VOCAB = (
     "quiet bright simple careful rapid gentle ancient modern useful certain common public private early "
     "build run read write check compare explain describe improve reduce increase observe predict follow"
 ).split()
+
+
+#: The phrase a looping request repeats (``--emulator-output loop``).
+LOOP_PHRASE = ("the", "answer", "is", "the", "same", "answer")
 
 
 @dataclasses.dataclass(eq=False)
@@ -51,9 +57,15 @@ class Request:
     words: list[str] = dataclasses.field(default_factory=list)
     finished: bool = False
     aborted: bool = False  # set by the HTTP layer when the client went away
+    loop: bool = False  # generate LOOP_PHRASE repeatedly instead of random words
     _rng: random.Random | None = None
 
     def add_tokens(self, n: int, seed: int) -> None:
+        if self.loop:
+            k = len(self.words)
+            self.words.extend(LOOP_PHRASE[(k + i) % len(LOOP_PHRASE)] for i in range(n))
+            self.completion_tokens += n
+            return
         if self._rng is None:
             self._rng = random.Random(zlib.crc32(f"{seed}:{self.rid}".encode()))
         self.words.extend(self._rng.choice(VOCAB) for _ in range(n))

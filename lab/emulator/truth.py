@@ -4,8 +4,9 @@ Written by :class:`TruthWriter` from the engine thread; read by tests and analys
 :func:`load_truth`. Never read by the benchmark client. Times are ``time.perf_counter()``
 seconds (CLOCK_MONOTONIC: comparable across processes of one machine).
 
-Line kinds: ``header`` (first), ``prefill`` / ``decode`` / ``spec`` (one per iteration) and
-``request`` (one per finished request).
+Line kinds: ``header`` (first), ``prefill`` / ``decode`` / ``spec`` (one per iteration),
+``request`` (one per finished request) and ``sent`` (one per streamed request, written by
+the HTTP layer: when its first and last content chunks were written to the socket).
 """
 
 from __future__ import annotations
@@ -81,11 +82,13 @@ class Truth:
     :ivar header: the header object (``profile``, ``argv``, ``pid``).
     :ivar iterations: iteration lines in file order.
     :ivar requests: finished-request lines keyed by rid.
+    :ivar sent: ``sent`` lines keyed by rid (``first_sent``, ``last_sent``: perf_counter s).
     """
 
     header: dict[str, Any]
     iterations: list[dict[str, Any]]
     requests: dict[str, dict[str, Any]]
+    sent: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def decode_tok_s(self, rid: str) -> float | None:
         """Ground-truth decode throughput of one request (tok/s).
@@ -174,6 +177,7 @@ def load_truth(path: str | os.PathLike[str]) -> Truth:
     header: dict[str, Any] | None = None
     iterations: list[dict[str, Any]] = []
     requests: dict[str, dict[str, Any]] = {}
+    sent: dict[str, dict[str, Any]] = {}
     with open(path) as f:
         for n, line in enumerate(f):
             if not line.strip():
@@ -191,6 +195,8 @@ def load_truth(path: str | os.PathLike[str]) -> Truth:
                 iterations.append(obj)
             elif kind == "request":
                 requests[obj["rid"]] = obj
+            elif kind == "sent":
+                sent[obj["rid"]] = obj
     if header is None:
         raise ValueError(f"{path}: empty ground-truth file")
-    return Truth(header=header, iterations=iterations, requests=requests)
+    return Truth(header=header, iterations=iterations, requests=requests, sent=sent)

@@ -1,0 +1,135 @@
+"""Accuracy benchmark: the lab client's measurement error against the emulator's ground truth.
+
+    python benchmarks/accuracy.py            # ~2-3 min; writes docs/benchmarks/accuracy.{md,json}
+
+Runs :func:`lab.accuracy.measure_mode` for the baseline and one speculative mode at
+concurrency 1, 8 and 64 with repeats (definitions of every metric and of "error" are in
+``lab/accuracy.py``), prints the table and writes it. Engine: the emulator (no GPU): these
+are figures about the *measurement*, never about a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lab.accuracy import ACCURACY_METRICS, error_table, measure_mode  # noqa: E402
+from lab.config import load_params  # noqa: E402
+from lab.dataset import load_prompts  # noqa: E402
+
+DEFINITIONS = """\
+| metric | client (lab.metrics, as in every bench run) | ground truth (emulator side file, same aggregation) | what the error contains |
+| --- | --- | --- | --- |
+| decode_tok_s | median over requests of (N-1)/(t_last_chunk - t_first_chunk) | median of (N-1)/(last_token - first_token) | jitter of chunk delivery at both ends of the decode span |
+| output_tok_s | sum N / (max t_end - min t_dispatch) | sum N / (max last_token - min arrival) | the client's send -> server arrival and last chunk -> end of stream (real client-side time) |
+| cycle_ms | median of decode span / spec_verify_ct (or / (N-1)) | same with truth span and count | as decode_tok_s |
+| icl_ms | mean gap between consecutive content chunks | mean gap between ends of the iterations that gave the request tokens | delivery jitter; coalesced chunks |
+| ttft_ms | median of t_first_chunk - t_send | median of first_token - arrival (server view) | HTTP send, request parsing, first-chunk delivery: a fixed ~ms cost |
+| accept_length | sum N / sum spec_verify_ct (meta_info) | same from the truth request lines | none expected (counts) |
+| verify_ms / decode_ms | /metrics delta of forward seconds / decode iterations | mean actual verify (decode) phase of the iterations between the scrapes | none expected (same counters) |
+
+Error = client / truth - 1 per repeat; "median" is over repeats, "worst" is the repeat with the largest |error|.
+Targets (issue 4): |median error| <= 1 % at concurrency 1, <= 2 % at 8 and 64."""
+
+
+def _fmt(v, pct=False):
+    if v is None:
+        return "n/a"
+    return f"{v * 100:+.2f} %" if pct else f"{v:.3f}"
+
+
+def render(report: dict) -> str:
+    """Markdown of the accuracy report."""
+    lines = [
+        "# Client accuracy against the emulator's ground truth",
+        "",
+        f"Engine: **emulator** (profile `{report['profile']}`, SGLang-compatible; not a GPU measurement). "
+        f"Reproduce: `{report['command']}` ({report['wall_s']:.0f} s on {report['machine']}).",
+        "",
+        "## Definitions", "", DEFINITIONS, "",
+        "## Client error per level (median over repeats)", "",
+        "| mode | c | metric | truth | client | median error | worst repeat | target | meets |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in report["rows"]:
+        lines.append(f"| {r['mode']} | {r['concurrency']} | {r['metric']} | {_fmt(r['truth'])} | {_fmt(r['client'])} | "
+                     f"{_fmt(r['median_error'], True)} | {_fmt(r['worst_error'], True)} | {r['target'] * 100:.0f} % | "
+                     f"{'yes' if r['meets'] else '**no**'} |")
+    lines += ["", "## Where the client's time goes, ms (chunk delay: client timestamp - end of the emulator iteration)", "",
+              "| mode | c | chunk delay p50 (median over repeats) | chunk delay p99 (max over repeats) | "
+              "request delivery p50 (send -> server arrival) | client p99 dispatch delay |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for md in report["modes"]:
+        for lv in md["levels"].values():
+            p50 = [r["delivery_delay_ms"]["p50"] for r in lv["repeats"] if r["delivery_delay_ms"]["p50"] is not None]
+            p99 = [r["delivery_delay_ms"]["p99"] for r in lv["repeats"] if r["delivery_delay_ms"]["p99"] is not None]
+            dd = [r["client"]["p99_dispatch_delay_ms"] or 0.0 for r in lv["repeats"]]
+            rq = sorted(r["request_delivery_ms"]["p50"] for r in lv["repeats"])
+            lines.append(f"| {md['mode']} | {lv['concurrency']} | {sorted(p50)[len(p50) // 2]:.3f} | {max(p99):.3f} | "
+                         f"{rq[len(rq) // 2]:.3f} | {max(dd):.3f} |")
+    lines += ["", "## Emulator fidelity (what it did vs what its profile planned), separate from client error", "",
+              "| mode | iteration kind | n | planned ms | actual ms | mean abs error ms | max abs error ms |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for md in report["modes"]:
+        for k, f in md["fidelity"].items():
+            lines.append(f"| {md['mode']} | {k} | {f['n']} | {f['mean_planned_ms']:.3f} | {f['mean_actual_ms']:.3f} | "
+                         f"{f['mean_abs_error_ms']:.3f} | {f['max_abs_error_ms']:.3f} |")
+    missed = [r for r in report["rows"] if not r["meets"]]
+    lines += ["", "## Verdict", ""]
+    if not missed:
+        lines.append("Every metric meets its target at every level.")
+    else:
+        lines.append("Targets missed (honest list; see 'what the error contains' above):")
+        lines.append("")
+        for r in missed:
+            lines.append(f"- {r['mode']} c={r['concurrency']} {r['metric']}: median error "
+                         f"{r['median_error'] * 100:+.2f} % ({r['abs_diff']:+.3f} absolute) vs target "
+                         f"{r['target'] * 100:.0f} %")
+    lines += ["", report.get("notes", "")]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--levels", type=int, nargs="+", default=[1, 8, 64])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--modes", nargs="+", default=["baseline", "eagle3_prefill"])
+    ap.add_argument("--profile", default=None, help="emulator profile (default: params.yaml emulator.profile)")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "accuracy"),
+                    help="output path without suffix (.md and .json are written)")
+    ap.add_argument("--work-dir", default=str(ROOT / ".cache" / "accuracy"))
+    a = ap.parse_args(argv)
+    params = load_params(ROOT / "params.yaml")
+    prompts = load_prompts(ROOT / params.bench.dataset)
+    t = time.perf_counter()
+    modes = [measure_mode(params, m, Path(a.work_dir), levels=a.levels, repeats=a.repeats,
+                          max_new_tokens=a.max_new_tokens, prompts=prompts, profile=a.profile) for m in a.modes]
+    rows = error_table(modes)
+    report = {"profile": a.profile or params.emulator.profile, "levels": a.levels, "repeats": a.repeats,
+              "max_new_tokens": a.max_new_tokens, "metrics": list(ACCURACY_METRICS),
+              "command": "python benchmarks/accuracy.py" + (" " + " ".join(argv or sys.argv[1:])).rstrip(),
+              "machine": f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}, Python "
+                         f"{platform.python_version()}",
+              "wall_s": time.perf_counter() - t, "rows": rows, "modes": modes}
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    notes_path = out.with_name(out.name + ".notes.md")
+    report["notes"] = notes_path.read_text() if notes_path.exists() else ""
+    md = render(report)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    out.with_suffix(".md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

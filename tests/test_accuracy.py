@@ -1,0 +1,58 @@
+"""lab.accuracy: ground-truth metrics use the client's definitions (synthetic truth, known answers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab.accuracy import client_run_metrics, delivery_delay_ms, relative_error, target_for, truth_run_metrics
+from lab.emulator.truth import Truth
+
+
+def _truth() -> Truth:
+    # one request: prefill ends at 1.010 (first token), then 3 spec cycles of 30 ms giving 2, 2, 1 tokens
+    its = [{"kind": "prefill", "start": 1.000, "end": 1.010, "tokens": {"a": 1}, "verify_s": 0, "draft_s": 0, "decode_s": 0},
+           *({"kind": "spec", "start": 1.010 + 0.03 * k, "end": 1.040 + 0.03 * k, "tokens": {"a": n},
+              "verify_s": 0.029, "draft_s": 0.001, "decode_s": 0} for k, n in enumerate((2, 2, 1)))]
+    req = {"rid": "a", "arrival": 0.995, "first_token": 1.010, "last_token": 1.100, "completion_tokens": 6,
+           "spec_verify_ct": 3}
+    return Truth(header={}, iterations=its, requests={"a": req},
+                 sent={"a": {"rid": "a", "first_sent": 1.0105, "last_sent": 1.1005}})
+
+
+def _record(delay: float = 0.0005) -> dict:
+    ends = [1.010, 1.040, 1.070, 1.100]
+    return {"rid": "a", "ok": True, "t_dispatch": 0.994, "t_send": 0.994, "t_end": 1.101,
+            "chunks": [[t + delay, n] for t, n in zip(ends, (1, 2, 2, 1))], "completion_tokens": 6,
+            "meta_info": {"completion_tokens": 6, "spec_verify_ct": 3}}
+
+
+def test_truth_metrics_known_answers():
+    t = truth_run_metrics(_truth(), ["a"])
+    assert t["decode_tok_s"] == pytest.approx(5 / 0.090)
+    assert t["cycle_ms"] == pytest.approx(30.0)
+    assert t["icl_ms"] == pytest.approx(30.0)
+    assert t["ttft_ms"] == pytest.approx(15.0)
+    assert t["accept_length"] == pytest.approx(2.0)
+    assert t["verify_ms"] == pytest.approx(29.0)
+    assert t["output_tok_s"] == pytest.approx(6 / 0.105)
+    w = truth_run_metrics(_truth(), ["a"], clock="wire")
+    assert w["ttft_ms"] == pytest.approx(15.5) and w["decode_tok_s"] == pytest.approx(5 / 0.090)
+    with pytest.raises(ValueError):
+        truth_run_metrics(_truth(), ["a"], clock="bogus")
+
+
+def test_client_with_constant_delivery_delay_has_zero_decode_error():
+    c = client_run_metrics([_record(0.0005)], {})
+    t = truth_run_metrics(_truth(), ["a"])
+    for m in ("decode_tok_s", "cycle_ms", "icl_ms", "accept_length"):
+        assert relative_error(c[m], t[m]) == pytest.approx(0.0, abs=1e-9), m
+    assert c["ttft_ms"] - t["ttft_ms"] == pytest.approx(1.0 + 0.5)  # 1 ms request delivery + 0.5 ms chunk delay
+    assert delivery_delay_ms(_truth(), [_record(0.0005)]) == pytest.approx([0.5] * 4)
+
+
+def test_coalesced_chunk_matches_the_last_iteration_and_targets():
+    rec = _record(0.0)
+    rec["chunks"] = [[1.010, 1], [1.0705, 4], [1.100, 1]]  # the client got two cycles in one chunk
+    assert delivery_delay_ms(_truth(), [rec]) == pytest.approx([0.0, 0.5, 0.0])
+    assert relative_error(None, 1.0) is None and relative_error(1.0, 0.0) is None
+    assert target_for(1) == 0.01 and target_for(8) == 0.02 and target_for(64) == 0.02
