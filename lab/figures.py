@@ -78,7 +78,8 @@ def accept_length_figure(requests: pd.DataFrame, summary: dict[str, Any]):
     fig, ax = plt.subplots(figsize=(8.5, 5.2))
     data = requests.dropna(subset=["accept_length"]) if len(requests) else requests
     if len(data):
-        sns.histplot(data=data, x="accept_length", hue="mode", element="step", stat="count",
+        # dodged bars: modes with the same acceptance model would hide each other as steps
+        sns.histplot(data=data, x="accept_length", hue="mode", multiple="dodge", shrink=0.85, stat="count",
                      common_norm=False, bins=20, ax=ax)
         ax.set_xlabel("accept length per request (tokens per verify, incl. bonus token)")
     else:
@@ -112,6 +113,8 @@ def speedup_figure(summary: dict[str, Any]):
                 ax.text(x, hi + 0.02, f"{r:.2f}x\n{v}", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(modes)), modes)
         ax.axhline(1.0, color="black", lw=1, ls="--")
+        top = float(df["ci95_hi"].fillna(df["ratio"]).max())
+        ax.set_ylim(0, max(top, 1.0) * 1.15)  # room for the value labels above the error bars
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no baseline mode to compare against", ha="center", transform=ax.transAxes)

@@ -200,7 +200,7 @@ def sglang_check(python: str = sys.executable, timeout_s: float = ARGV_CHECK_TIM
     res = _run_snippet(python, _VERSION_SNIPPET, "", timeout_s)
     if not res["ok"]:
         return Check("sglang", FAIL, f"`import sglang` fails in {python}: {res['error']}",
-                     "pip install 'sglang==0.5.23' (or `pip install '.[sglang]'`) into that Python")
+                     "uv sync --frozen --extra sglang (SGLang 0.5.23), or pip install '.[sglang]' into that Python")
     return Check("sglang", OK, f"{res['version']} ({Path(res['file']).parent})")
 
 

@@ -68,7 +68,7 @@ def verify_vs_context(runs: pd.DataFrame, summary: dict[str, Any]):
     """Server-side verify ms per cycle vs prompt (context) length at the lowest concurrency."""
     fig, ax = plt.subplots(figsize=(9, 5.4))
     data = runs.dropna(subset=["verify_ms"]) if "verify_ms" in runs else runs.iloc[0:0]
-    if len(data) and "context_tokens" in data:
+    if len(data) and "context_tokens" in data and data["context_tokens"].nunique() > 1:
         low = data["concurrency"].min()
         out0 = data["max_new_tokens"].iloc[0] if "max_new_tokens" in data else None
         data = data[(data["concurrency"] == low) & ((data["max_new_tokens"] == out0) if out0 is not None else True)]
@@ -77,7 +77,9 @@ def verify_vs_context(runs: pd.DataFrame, summary: dict[str, Any]):
         ax.set_xlabel(f"prompt length, tokens (approx.; 0 = the chat prompt as is), concurrency {low}")
         ax.legend(fontsize=7, ncol=2)
     else:
-        ax.text(0.5, 0.5, "no verify timings with a context axis", ha="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, "one context length only: set bench.context_tokens (e.g. [0, 8192])\n"
+                "in params.yaml to measure verify cost against context", ha="center", transform=ax.transAxes)
+        ax.set_xticks([])
     ax.set_ylabel("target-verify ms per cycle (95 % CI)")
     ax.set_title("Verify cost vs context length (prefill- vs decode-mode attention)")
     _caption(fig, summary)
@@ -104,6 +106,7 @@ def speedup_heatmap(summary: dict[str, Any]):
                     cbar_kws={"label": "speedup (1.0 = break-even)"}, ax=ax, linewidths=0.5)
         ax.set_xlabel("concurrency")
         ax.set_ylabel("")
+        ax.tick_params(axis="y", labelrotation=0)
     else:
         ax.text(0.5, 0.5, "no baseline to compare against", ha="center", transform=ax.transAxes)
     ax.set_title(f"Decode tok/s speedup over {summary.get('baseline')} "
