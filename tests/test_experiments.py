@@ -4,15 +4,13 @@ refusal of untracked stage dependencies (which would never reach a queued run's 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from test_pipeline import _dvc, _free_port
+from scratch import run_dvc as _dvc, scratch_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.integration
@@ -21,20 +19,12 @@ GIT = ["git", "-c", "user.email=t@localhost", "-c", "user.name=t"]
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
-    repo = tmp_path_factory.mktemp("exp")
-    for name in ("lab", "notebooks", "data"):
-        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
-        shutil.copy(ROOT / name, repo / name)
-    (repo / ".dvc").mkdir()
-    shutil.copy(ROOT / ".dvc" / "config", repo / ".dvc" / "config")
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["modes"] = {k: v for k, v in params["modes"].items() if k in ("baseline", "eagle3_decode")}
-    params["bench"].update({"num_prompts": 2, "max_new_tokens": 12, "concurrency": [1], "warmup_requests": 0,
-                            "repeats": 2})
-    params["server"]["port"] = _free_port()
-    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    def edit(params):
+        params["modes"] = {k: v for k, v in params["modes"].items() if k in ("baseline", "eagle3_decode")}
+        params["bench"].update({"num_prompts": 2, "max_new_tokens": 12, "concurrency": [1],
+                                "warmup_requests": 0, "repeats": 2})
+
+    repo = scratch_repo(tmp_path_factory.mktemp("exp"), edit, extra_files=(".gitignore",))
     subprocess.run(["git", "add", "."], cwd=repo, check=True)
     subprocess.run([*GIT, "commit", "-qm", "lab"], cwd=repo, check=True)
     return repo

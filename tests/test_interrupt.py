@@ -9,7 +9,6 @@ and the port.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,24 +19,13 @@ import psutil
 import pytest
 import yaml
 
+from scratch import dvc_env, scratch_repo
 from reliability_util import ROOT, engines_on, free_port, lost_results, port_free, tally
 
 pytestmark = pytest.mark.integration
 
 LONG_BENCH = {"num_prompts": 400, "max_new_tokens": 64, "concurrency": [1], "warmup_requests": 0,
               "repeats": 1, "request_timeout_s": 600}
-
-
-def _scratch(base: Path) -> Path:
-    repo = base
-    for name in ("lab", "notebooks", "data"):
-        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("dvc.yaml", ".dvcignore"):
-        shutil.copy(ROOT / name, repo / name)
-    (repo / ".dvc").mkdir()
-    shutil.copy(ROOT / ".dvc" / "config", repo / ".dvc" / "config")
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    return repo
 
 
 def _params(repo: Path, faults=()) -> int:
@@ -50,9 +38,7 @@ def _params(repo: Path, faults=()) -> int:
     return port
 
 
-def _env() -> dict:
-    bindir = str(Path(sys.executable).parent)
-    return {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
+_env = dvc_env
 
 
 def _start(repo: Path, how: str) -> subprocess.Popen:
@@ -90,7 +76,7 @@ CASES = {
 def outcomes(tmp_path_factory) -> dict[str, dict]:
     runs = {}
     for case, (how, _, _, faults) in CASES.items():
-        repo = _scratch(tmp_path_factory.mktemp("lab-int"))
+        repo = scratch_repo(tmp_path_factory.mktemp("lab-int"))
         port = _params(repo, faults)
         runs[case] = {"repo": repo, "port": port, "proc": _start(repo, how)}
         time.sleep(2.0)  # jupyter_client picks kernel ports racily: stagger the kernel starts

@@ -22,9 +22,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 
-from test_pipeline import _dvc, _free_port
+from scratch import free_port as _free_port, run_dvc as _dvc, scratch_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.integration
@@ -134,22 +133,13 @@ def mlflow_server(postgres_uri, tmp_path_factory):
 
 
 def test_pipeline_runs_nest_under_a_parent_on_postgres(mlflow_server, postgres_uri, tmp_path):
-    repo = tmp_path / "lab"
-    repo.mkdir()
-    for name in ("lab", "notebooks", "data"):
-        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("dvc.yaml", ".dvcignore"):
-        shutil.copy(ROOT / name, repo / name)
-    (repo / ".dvc").mkdir()
-    shutil.copy(ROOT / ".dvc" / "config", repo / ".dvc" / "config")
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["modes"] = {k: v for k, v in params["modes"].items() if k in ("baseline", "eagle3_decode")}
-    params["bench"].update({"num_prompts": 2, "max_new_tokens": 16, "concurrency": [1], "warmup_requests": 0,
-                            "repeats": 2})
-    params["server"]["port"] = _free_port()
-    params["mlflow"] = {"tracking_uri": mlflow_server, "experiment": "pg-test"}
-    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    def edit(params):
+        params["modes"] = {k: v for k, v in params["modes"].items() if k in ("baseline", "eagle3_decode")}
+        params["bench"].update({"num_prompts": 2, "max_new_tokens": 16, "concurrency": [1],
+                                "warmup_requests": 0, "repeats": 2})
+        params["mlflow"] = {"tracking_uri": mlflow_server, "experiment": "pg-test"}
+
+    repo = scratch_repo(tmp_path / "lab", edit)
     proc = _dvc(repo, "repro", "compare")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 

@@ -8,14 +8,12 @@ runs and a comparison run, and that DVC re-runs only what changed.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from scratch import run_dvc, scratch_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.integration
@@ -24,38 +22,13 @@ SMALL_BENCH = {"num_prompts": 4, "max_new_tokens": 40, "concurrency": [1, 4], "w
                "repeats": 2}
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _dvc(repo: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    dvc = Path(sys.executable).with_name("dvc")
-    # dvc.yaml runs `python -m lab.stage`: the lab's interpreter must come first on PATH.
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1",
-           "PATH": f"{dvc.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.run([str(dvc), *args], cwd=repo, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+_dvc = run_dvc
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
     """A scratch copy of the lab (git + DVC) with a small bench, after one `dvc repro`."""
-    repo = tmp_path_factory.mktemp("lab")
-    for name in ("lab", "notebooks", "data"):
-        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("dvc.yaml", ".dvcignore"):
-        shutil.copy(ROOT / name, repo / name)
-    (repo / ".dvc").mkdir()
-    shutil.copy(ROOT / ".dvc" / "config", repo / ".dvc" / "config")
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["bench"].update(SMALL_BENCH)
-    params["server"]["port"] = _free_port()
-    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    repo = scratch_repo(tmp_path_factory.mktemp("lab"), lambda p: p["bench"].update(SMALL_BENCH))
     proc = _dvc(repo, "repro")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return repo
