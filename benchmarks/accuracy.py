@@ -11,7 +11,6 @@ are figures about the *measurement*, never about a GPU.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from lab.accuracy import write_report  # noqa: E402
 from lab.accuracy import ACCURACY_METRICS, error_table, measure_mode  # noqa: E402
 from lab.config import load_params  # noqa: E402
 from lab.dataset import load_prompts  # noqa: E402
@@ -120,14 +120,7 @@ def main(argv: list[str] | None = None) -> int:
               "machine": f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}, Python "
                          f"{platform.python_version()}",
               "wall_s": time.perf_counter() - t, "rows": rows, "modes": modes}
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    notes_path = out.with_name(out.name + ".notes.md")
-    report["notes"] = notes_path.read_text() if notes_path.exists() else ""
-    md = render(report)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str) + "\n")
-    out.with_suffix(".md").write_text(md)
-    print(md)
+    print(write_report(report, a.out, render))
     return 0
 
 

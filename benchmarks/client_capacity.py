@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from lab import client  # noqa: E402
+from lab.accuracy import write_report  # noqa: E402
 from lab.accuracy import (client_run_metrics, emulator_server, relative_error, target_for,  # noqa: E402
                           truth_run_metrics)
 from lab.config import load_params  # noqa: E402
@@ -231,14 +232,7 @@ def main(argv=None) -> int:
               "target": target_for(a.concurrency), "wall_s": time.perf_counter() - t_start,
               "machine": f"{os.cpu_count()} CPU cores (shared), Python {platform.python_version()}",
               "command": "python benchmarks/client_capacity.py" + (" " + " ".join(argv or sys.argv[1:])).rstrip()}
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    notes = out.with_name(out.name + ".notes.md")
-    report["notes"] = notes.read_text() if notes.exists() else ""
-    md = render(report)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str) + "\n")
-    out.with_suffix(".md").write_text(md)
-    print(md)
+    print(write_report(report, a.out, render))
     return 0
 
 

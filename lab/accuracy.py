@@ -40,10 +40,12 @@ process and the emulator process of one machine).
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import socket
 import statistics
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -273,3 +275,21 @@ def error_table(modes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                              "client": meas, "median_error": med, "worst_error": lv["worst_error"][m],
                              "abs_diff": meas - truth, "target": lv["target"], "meets": abs(med) <= lv["target"]})
     return rows
+
+
+def write_report(report: dict[str, Any], out: str | os.PathLike[str], render: Callable[[dict[str, Any]], str]) -> str:
+    """Write a benchmark report as ``<out>.json`` and ``<out>.md`` (atomically) and return the markdown.
+
+    Hand-written notes in ``<out>.notes.md`` (kept beside the report) are carried into it as
+    ``report["notes"]``; ``render`` turns the report into markdown.
+    """
+    from lab.atomic import write_json_atomic, write_text_atomic
+
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    notes = path.with_name(path.name + ".notes.md")
+    report["notes"] = notes.read_text() if notes.exists() else ""
+    md = render(report)
+    write_json_atomic(path.with_suffix(".json"), json.loads(json.dumps(report, default=str)), indent=1)
+    write_text_atomic(path.with_suffix(".md"), md)
+    return md

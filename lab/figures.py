@@ -43,15 +43,20 @@ def _order(summary: dict[str, Any]) -> list[str]:
     return list(summary["modes"])
 
 
+def _ci_bars(ax, data: pd.DataFrame, y: str, hue: str, summary: dict[str, Any], **kwargs: Any) -> None:
+    """Bars of ``y`` per mode (in params order) and ``hue``, 95 % t-interval whiskers, values inside."""
+    sns.barplot(data=data, x="mode", y=y, hue=hue, errorbar=_t_ci, capsize=0.1, ax=ax,
+                order=_order(summary), **kwargs)
+    for c in ax.containers:
+        ax.bar_label(c, fmt="%.1f", fontsize=7, label_type="center", color="white")
+
+
 def decode_tok_s_figure(runs: pd.DataFrame, summary: dict[str, Any]):
     """Per-request decode tok/s (median per run) by mode, one bar group per concurrency level."""
     fig, ax = plt.subplots(figsize=(8.5, 5.2))
-    sns.barplot(data=runs, x="mode", y="decode_tok_s", hue="concurrency", errorbar=_t_ci, order=_order(summary),
-                capsize=0.1, ax=ax, palette="viridis")
+    _ci_bars(ax, runs, "decode_tok_s", "concurrency", summary, palette="viridis")
     ax.set_ylabel("decode tok/s per request (mean of repeats, 95 % CI)")
     ax.set_title("Decode throughput by mode")
-    for c in ax.containers:
-        ax.bar_label(c, fmt="%.1f", fontsize=7, label_type="center", color="white")
     _caption(fig, summary)
     return fig
 
@@ -63,12 +68,9 @@ def latency_figure(runs: pd.DataFrame, summary: dict[str, Any]):
     long = runs[runs["concurrency"] == lowest].melt(id_vars=["mode", "repeat"], value_vars=cols,
                                                     var_name="metric", value_name="ms").dropna()
     fig, ax = plt.subplots(figsize=(8.5, 5.2))
-    sns.barplot(data=long, x="mode", y="ms", hue="metric", errorbar=_t_ci, capsize=0.1, ax=ax,
-                order=_order(summary))
+    _ci_bars(ax, long, "ms", "metric", summary)
     ax.set_ylabel(f"ms per decode iteration at concurrency {lowest} (95 % CI)")
     ax.set_title("Where a decode iteration's time goes (verify + draft = speculative cycle)")
-    for c in ax.containers:
-        ax.bar_label(c, fmt="%.1f", fontsize=7, label_type="center", color="white")
     _caption(fig, summary)
     return fig
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pytest
 
 from lab.accuracy import client_run_metrics, delivery_delay_ms, relative_error, target_for, truth_run_metrics
@@ -56,3 +57,13 @@ def test_coalesced_chunk_matches_the_last_iteration_and_targets():
     assert delivery_delay_ms(_truth(), [rec]) == pytest.approx([0.0, 0.5, 0.0])
     assert relative_error(None, 1.0) is None and relative_error(1.0, 0.0) is None
     assert target_for(1) == 0.01 and target_for(8) == 0.02 and target_for(64) == 0.02
+
+
+def test_write_report_carries_notes_and_writes_both_files(tmp_path):
+    from lab.accuracy import write_report
+
+    (tmp_path / "acc.notes.md").write_text("measured on a quiet machine")
+    md = write_report({"rows": [1, 2]}, tmp_path / "acc", lambda r: f"# rows {len(r['rows'])}\n{r['notes']}\n")
+    assert md.startswith("# rows 2") and "quiet machine" in md
+    assert json.loads((tmp_path / "acc.json").read_text())["notes"] == "measured on a quiet machine"
+    assert (tmp_path / "acc.md").read_text() == md
