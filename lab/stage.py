@@ -184,9 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", help="mode name from params.yaml (stage bench)")
     ap.add_argument("--params", help="params file (default: <repo>/params.yaml)")
     args = ap.parse_args(argv)
-    from lab.interrupt import die_with_parent
+    from lab.interrupt import die_with_launcher
 
-    die_with_parent()  # dvc killed -> SIGTERM here -> forwarded to the kernel
+    die_with_launcher()  # dvc killed -> SIGTERM here -> forwarded to the kernel
     try:
         out = run_stage(args.stage, args.mode, args.params)
     except ParamsError as exc:

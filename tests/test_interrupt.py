@@ -8,6 +8,7 @@ and the port.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -41,13 +42,28 @@ def _params(repo: Path, faults=()) -> int:
 _env = dvc_env
 
 
+# DVC runs a stage as [$SHELL, -c, cmd] (dvc/stage/run.py). dash and bash exec a lone
+# command, so the stage's parent is dvc; a shell that does not stays alive as the stage's
+# parent when dvc dies (what CI's machine did). This wrapper is such a shell.
+NOEXEC_SHELL = '#!/bin/sh\n/bin/sh "$@"\nstatus=$?\nexit $status\n'
+
+
 def _start(repo: Path, how: str) -> subprocess.Popen:
-    if how == "dvc":
+    env = _env()
+    if how.startswith("dvc"):
         argv = [str(Path(sys.executable).with_name("dvc")), "repro", "bench@baseline"]
+        if how == "dvc-noexec-shell":
+            wrapper = repo / ".cache" / "noexec" / "sh"
+            wrapper.parent.mkdir(parents=True, exist_ok=True)
+            wrapper.write_text(NOEXEC_SHELL)
+            wrapper.chmod(0o755)
+            env["SHELL"] = str(wrapper)
+        else:
+            env["SHELL"] = "/bin/sh"
     else:
         argv = [sys.executable, "-m", "lab.stage", "bench", "--mode", "baseline"]
     # own session, like a terminal's foreground job: Ctrl-C = SIGINT to this process group
-    return subprocess.Popen(argv, cwd=repo, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    return subprocess.Popen(argv, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
 
 
@@ -69,6 +85,7 @@ CASES = {
     "SIGKILL to kernel and stage, engine ignores SIGTERM": ("stage", "all", signal.SIGKILL, ("ignore-sigterm",)),
     "Ctrl-C (SIGINT to the foreground group) to dvc repro": ("dvc", "group", signal.SIGINT, ()),
     "SIGTERM to dvc repro": ("dvc", "dvc", signal.SIGTERM, ()),
+    "SIGTERM to dvc repro, a shell between dvc and the stage": ("dvc-noexec-shell", "dvc", signal.SIGTERM, ()),
 }
 
 
@@ -78,7 +95,7 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
     for case, (how, _, _, faults) in CASES.items():
         repo = scratch_repo(tmp_path_factory.mktemp("lab-int"))
         port = _params(repo, faults)
-        runs[case] = {"repo": repo, "port": port, "proc": _start(repo, how)}
+        runs[case] = {"repo": repo, "port": port, "proc": _start(repo, how), "target": CASES[case][1]}
         time.sleep(2.0)  # jupyter_client picks kernel ports racily: stagger the kernel starts
     deadline = time.monotonic() + 240
     pending = set(runs)
@@ -169,10 +186,12 @@ def test_signal_to_kernel(outcomes, case):
     assert '"status": "failed"' in metrics
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if CASES[c][0] == "dvc"])
+@pytest.mark.parametrize("case", [c for c in CASES if CASES[c][0].startswith("dvc")])
 def test_signal_to_dvc_repro(outcomes, case):
-    _check(outcomes[case], case)
+    out = _check(outcomes[case], case)
     assert outcomes[case]["returncode"] != 0
+    if outcomes[case]["target"] == "dvc":  # dvc died at once; the stage heard of it and stopped the engine
+        assert "interrupting the notebook kernel" in out, out[-2000:]
 
 
 def test_kernel_sigkill_engine_ignoring_sigterm_is_cleaned(outcomes):
@@ -191,3 +210,39 @@ def test_everything_killed_hard_next_launch_cleans(outcomes):
     assert r["survived_hard_kill"] and r["recorded"]
     assert "stopping stale engine process group" in r["next_launch"] and "owner pid" in r["next_launch"]
     _check(r, case)
+
+
+def test_launcher_chain_sees_through_a_shell_that_does_not_exec(tmp_path):
+    """Unit check of lab.interrupt.launcher_chain/die_with_launcher without a stage: a
+    child run as `sh wrapper -c ...` under a non-shell parent names that parent last, and
+    its watcher signals the child once the non-shell launcher is gone."""
+    wrapper = tmp_path / "sh"
+    wrapper.write_text(NOEXEC_SHELL)
+    wrapper.chmod(0o755)
+    probe = ("import json, signal, sys, time; from lab.interrupt import launcher_chain, die_with_launcher; "
+             "signal.signal(signal.SIGTERM, lambda *a: (print('SIGTERM', flush=True), sys.exit(0))); "
+             "print(json.dumps([p.name() for p in launcher_chain()]), json.dumps(die_with_launcher(poll_s=0.1)), "
+             "sep='\\t', flush=True); time.sleep(30)")
+    # launcher: a python that starts the wrapper shell, then waits to be killed
+    launcher = ("import subprocess, sys, time; p = subprocess.Popen([sys.argv[1], '-c', sys.argv[2]]); "
+                "time.sleep(60)")
+    env = {**_env(), "DVC_STAGE": "bench@test"}
+    out_file = tmp_path / "out.txt"
+    cmd = f"{sys.executable} -c \"{probe}\" > {out_file}"
+    proc = subprocess.Popen([sys.executable, "-c", launcher, str(wrapper), cmd], cwd=ROOT, env=env)
+    try:
+        end = time.monotonic() + 60
+        while (not out_file.exists() or not out_file.read_text().strip()) and time.monotonic() < end:
+            time.sleep(0.1)
+        names_json, watched_json = out_file.read_text().split("\n")[0].split("\t")
+        names, watched = json.loads(names_json), json.loads(watched_json)
+        assert names[-1].startswith("python") and set(names[:-1]) <= {"sh", "dash"} and len(names) >= 2, names
+        assert proc.pid in watched  # the launcher, above the stage's parent shell
+        proc.kill()
+        proc.wait()
+        end = time.monotonic() + 10
+        while "SIGTERM" not in out_file.read_text() and time.monotonic() < end:
+            time.sleep(0.1)
+        assert "SIGTERM" in out_file.read_text(), "the launcher died but the stage was not told"
+    finally:
+        proc.kill()
