@@ -41,7 +41,7 @@ from lab.startup import StartupTracker
 from lab.telemetry import GpuSampler
 from lab.tracking import RunHandle, TrackingError, flatten_params, open_run, run_tags
 
-__all__ = ["run_mode", "HEADLINE_METRICS", "BenchError", "write_json_atomic", "level_key"]
+__all__ = ["run_mode", "HEADLINE_METRICS", "BY_CONCURRENCY", "BenchError", "write_json_atomic", "level_key"]
 
 # Per-run metrics aggregated over repeats (mean and 95 % CI) and shown as headlines.
 HEADLINE_METRICS: tuple[str, ...] = (
@@ -51,6 +51,10 @@ HEADLINE_METRICS: tuple[str, ...] = (
     "gpu_cycle_ms", "log_verify_graph_fraction", "crosscheck_disagreements",
     "p99_dispatch_delay_ms",
 )
+
+#: MLflow prefix of the per-level step metrics (``by_concurrency.decode_tok_s`` at step =
+#: concurrency). The unprefixed names are the headline: the lowest concurrency's mean.
+BY_CONCURRENCY = "by_concurrency"
 
 #: GPU telemetry sampling period, seconds (DESIGN: 1 s or faster).
 TELEMETRY_INTERVAL_S = 0.5
@@ -421,10 +425,13 @@ def _finish_tracking(run: RunHandle, out: Path, result: dict[str, Any], status: 
         startup = result.get("startup") or {}
         run.log_metrics({"startup_s": startup.get("startup_s"),
                          **{f"startup.{k}": v for k, v in (startup.get("phases") or {}).items()}})
+        # Per-level means as step metrics (step = concurrency) for MLflow's metric-vs-step
+        # chart, under their own prefix: with the headline's names MLflow's runs table would
+        # show the highest concurrency's value (its "latest" = largest step) as the headline.
         for key, agg in result.get("levels", {}).items():
             if key == level_key(agg["concurrency"]):  # primary points only: one step per level
-                run.log_metrics({m: v["mean"] for m, v in agg.items() if isinstance(v, dict) and "mean" in v},
-                                step=agg["concurrency"])
+                run.log_metrics({f"{BY_CONCURRENCY}.{m}": v["mean"] for m, v in agg.items()
+                                 if isinstance(v, dict) and "mean" in v}, step=agg["concurrency"])
         # The executed notebook is logged by lab.stage once papermill has written it.
         for name in ("metrics.json", "result.json", "runs.json", "requests.jsonl", "server.log", "ground_truth.jsonl"):
             run.log_artifact(out / name)

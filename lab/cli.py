@@ -7,6 +7,8 @@
   the other nodes of a multi-node server by hand).
 - ``lab doctor [--engine sglang] [--mode M]``: preflight table and verdict
   (:mod:`lab.preflight`); exit code 0 when ready, 1 when a check failed.
+- ``lab summary [--reports DIR]``: the last comparison as a Markdown table (means, 95 %
+  intervals, speedups and verdicts), read from ``reports/summary.csv``.
 - ``lab sweep [--clear] [--repro | --exp [-S k=v ...] [--queue]]``: expand params.yaml's
   ``sweep`` section into generated modes (:mod:`lab.sweep`, docs/sweeps.md), then
   optionally run ``dvc repro`` or ``dvc exp run`` in one command.
@@ -19,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["main", "relog", "doctor", "print_command"]
+__all__ = ["main", "relog", "doctor", "print_command", "print_summary"]
 
 
 def relog(results_dir: Path, params_file: str | None = None) -> str:
@@ -79,6 +81,26 @@ def doctor(params_file: str | None, engine: str | None, modes: list[str] | None,
     report = run_preflight(params, modes, python=python or sys.executable)
     print(format_table(report))
     return 0 if report.ok else 1
+def print_summary(reports_dir: Path) -> int:
+    """Print ``reports_dir``'s comparison (caption, notice, table); 0, or 2 when the compare
+    stage has not written it yet (the message says to run ``dvc repro``)."""
+    from lab.compare import read_summary_rows, summary_markdown
+
+    try:
+        rows = read_summary_rows(reports_dir / "summary.csv")
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    comp_path = reports_dir / "comparison.json"
+    comp = json.loads(comp_path.read_text()) if comp_path.is_file() else {}
+    if comp.get("caption"):
+        print(comp["caption"] + "\n")
+    print(summary_markdown(rows, comp.get("baseline")))
+    if comp.get("notice"):
+        print("\n" + comp["notice"])
+    return 0
+
+
 def sweep_cmd(args: argparse.Namespace) -> int:
     """``lab sweep``: write the generated modes, print them and the drop notes, optionally run DVC."""
     import shutil
@@ -125,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     p_cmd.add_argument("--mode", required=True)
     p_cmd.add_argument("--node-rank", type=int, default=None, help="override server.node_rank")
     p_cmd.add_argument("--params", default=None)
+    p_sum = sub.add_parser("summary", help="print the last comparison as a table (reports/summary.csv)")
+    p_sum.add_argument("--reports", type=Path, default=None, help="reports directory (default <repo>/reports)")
     p_sw = sub.add_parser("sweep", help="expand the sweep section into modes (docs/sweeps.md)")
     p_sw.add_argument("--params", default=None, help="params file (default <repo>/params.yaml)")
     p_sw.add_argument("--clear", action="store_true", help="remove the generated modes")
@@ -139,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         return doctor(args.params, args.engine, args.mode, args.python)
     if args.cmd == "sweep":
         return sweep_cmd(args)
+    if args.cmd == "summary":
+        from lab.config import repo_root
+
+        return print_summary(args.reports or repo_root() / "reports")
     if args.cmd == "stage":
         from lab.stage import main as stage_main
 

@@ -218,7 +218,7 @@ async def run_requests(
         queue.put_nowait(i)
     stop_reason: list[str] = []
     bar = tqdm(
-        total=len(texts), desc=progress_desc, unit="req", disable=progress_desc is None, leave=False, mininterval=0.5
+        total=len(texts), desc=progress_desc, unit="req", disable=progress_desc is None, leave=True, mininterval=0.5
     )
     tokens_total = 0
 

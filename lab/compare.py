@@ -22,7 +22,7 @@ from lab.config import LabParams, repo_root
 from lab.effective import identical_modes, identical_notice
 
 __all__ = ["CompareError", "load_results", "runs_frame", "requests_frame", "summarize",
-           "engine_caption", "run_compare", "SPEEDUP_METRICS"]
+           "engine_caption", "run_compare", "summary_markdown", "read_summary_rows", "SPEEDUP_METRICS"]
 
 # Throughputs compared against the baseline (higher is better).
 SPEEDUP_METRICS = ("decode_tok_s", "output_tok_s")
@@ -208,6 +208,9 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
 
     summary["figures"].update(report.explain_figures(params, runs, summary, rep_dir / "figures"))
     _write_csv(summary["rows"], rep_dir / "summary.csv")
+    from lab.atomic import write_text_atomic
+
+    write_text_atomic(rep_dir / "summary.md", f"{summary['caption']}\n\n{summary_markdown(summary['rows'], baseline)}\n")
     report.write_report(params, summary, rep_dir / "report.html")
     if track:
         try:
@@ -232,6 +235,70 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     write_json_atomic(rep_dir / "comparison.json", {k: v for k, v in summary.items() if k != "rows"})
     write_json_atomic(rep_dir / "summary.json", _lean(summary))
     return summary
+
+
+def _num(x: Any) -> float | None:
+    """A CSV cell or a float as a float; empty / missing / NaN -> None."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if v != v else v
+
+
+def _ci(row: dict[str, Any], m: str, fmt: str) -> str:
+    mean = _num(row.get(f"{m}_mean"))
+    if mean is None:
+        return "-"
+    lo, hi = _num(row.get(f"{m}_ci95_lo")), _num(row.get(f"{m}_ci95_hi"))
+    return format(mean, fmt) + (f" [{format(lo, fmt)}, {format(hi, fmt)}]" if lo is not None and hi is not None else "")
+
+
+def _mean(row: dict[str, Any], m: str, digits: int = 1) -> str:
+    mean = _num(row.get(f"{m}_mean"))
+    return "-" if mean is None else f"{mean:.{digits}f}"
+
+
+def _speedup(row: dict[str, Any], m: str, baseline: str | None) -> str:
+    ratio = _num(row.get(f"speedup_{m}"))
+    if ratio is None:
+        return "reference" if baseline and row.get("mode") == baseline else "-"
+    lo, hi = _num(row.get(f"speedup_{m}_ci95_lo")), _num(row.get(f"speedup_{m}_ci95_hi"))
+    ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
+    return f"{ratio:.2f}x{ci} {row.get(f'verdict_{m}') or ''}".rstrip()
+
+
+def summary_markdown(rows: list[dict[str, Any]], baseline: str | None = None) -> str:
+    """The comparison as a Markdown table, one line per mode x measured point: decode and
+    output tok/s (mean [95 % CI]), accept length, verify/cycle ms and both speedups over the
+    baseline with their intervals and verdicts (README's table; ``lab summary`` prints it).
+
+    :param rows: ``summarize(...)["rows"]`` or the rows of ``reports/summary.csv`` (strings
+        are parsed; empty cells print as ``-``).
+    :param baseline: the baseline mode's name (its rows say "reference").
+    """
+    head = ["mode", "point", "decode tok/s [95 % CI]", "output tok/s [95 % CI]", "accept length", "verify ms",
+            "cycle ms", "speedup, decode tok/s [95 % CI]", "speedup, output tok/s [95 % CI]"]
+    lines = ["| " + " | ".join(head) + " |", "| --- | --- | " + " | ".join(["---:"] * 5) + " | --- | --- |"]
+    for r in rows:
+        cells = [str(r.get("mode")), str(r.get("point") or f"c{r.get('concurrency')}"),
+                 _ci(r, "decode_tok_s", ".1f"), _ci(r, "output_tok_s", ".1f"), _mean(r, "accept_length", 2),
+                 _mean(r, "verify_ms"), _mean(r, "cycle_ms"), _speedup(r, "decode_tok_s", baseline),
+                 _speedup(r, "output_tok_s", baseline)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def read_summary_rows(path: str | Path) -> list[dict[str, str]]:
+    """Rows of ``reports/summary.csv`` (as written by :func:`run_compare`).
+
+    :raises FileNotFoundError: with the fix (run the compare stage first).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found. Fix: run `dvc repro` (the compare stage writes it)")
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
 
 
 def summary_table(summary: dict[str, Any]) -> pd.DataFrame:

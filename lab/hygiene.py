@@ -40,6 +40,8 @@ __all__ = [
     "coefficient_of_variation",
     "warmup_until_stable",
     "run_hygiene",
+    "hygiene_warnings",
+    "MIN_WAVES",
 ]
 
 
@@ -200,15 +202,32 @@ def run_hygiene(records: Sequence[Mapping[str, Any]], *, ngram_n: int = 4, ngram
             **dispatch_delay_summary(records)}
 
 
+#: Batch refills a level above concurrency 1 needs before its figures count as steady state.
+MIN_WAVES = 4
+
+
 def hygiene_warnings(per_run: Sequence[Mapping[str, Any]], warmup: Mapping[str, Any] | None) -> list[str]:
     """Human-readable warnings for result.json and metrics.json (empty list: all clean).
 
-    :param per_run: dicts with ``concurrency``, ``repeat`` and a ``hygiene`` entry from
-        :func:`run_hygiene`. :param warmup: :func:`warmup_until_stable` output or None.
+    :param per_run: dicts with ``concurrency``, ``repeat``, ``requests`` (measured requests
+        of the run; optional) and a ``hygiene`` entry from :func:`run_hygiene`.
+    :param warmup: :func:`warmup_until_stable` output or None.
+
+    Besides accounting and looping outputs, a level above concurrency 1 that sends fewer
+    than :data:`MIN_WAVES` x concurrency requests is flagged: its batch never reaches a
+    steady state (measured on the emulator: eagle3_decode at c=8 gave 1.11x baseline with 8
+    requests, 0.96x with 48; README, "Concurrency above 1").
     """
     out: list[str] = []
     if warmup and warmup.get("stable") is False:
         out.append(f"warm-up not stable after {warmup['requests']} requests (ICL CV {warmup.get('cv')})")
+    one_wave = sorted({(r["concurrency"], r["requests"]) for r in per_run if r.get("requests") is not None
+                       and r.get("concurrency", 1) > 1 and r["requests"] < MIN_WAVES * r["concurrency"]})
+    for c, n in one_wave:
+        out.append(f"c={c}: {n} requests per repeat fill the batch fewer than {MIN_WAVES} times; the batch drains "
+                   f"as requests finish, which favours modes whose requests finish at different times "
+                   f"(speculative decoding). For a steady-state figure set bench.num_prompts >= "
+                   f"{MIN_WAVES * c} (README: 'Concurrency above 1')")
     for r in per_run:
         h = r.get("hygiene") or {}
         where = f"c={r.get('concurrency')} repeat {r.get('repeat')}"

@@ -86,7 +86,7 @@ class StartupTracker:
         self._desc = desc
         self._bar = None
         if show:
-            from tqdm.auto import tqdm
+            from tqdm import tqdm  # plain text bar (tqdm.auto wants ipywidgets inside a papermill kernel)
 
             self._bar = tqdm(total=100, desc=f"{desc}: init", unit="%", leave=True,
                              bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}]")

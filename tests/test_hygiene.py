@@ -124,3 +124,12 @@ def test_bench_marks_a_looping_emulator_run(tmp_path):
     rec = json.loads((tmp_path / "out" / "requests.jsonl").read_text().splitlines()[0])
     words = rec["output_text"].split()
     assert len(words) == 24 and words[:6] == list(LOOP_PHRASE)  # delta text reassembled word for word
+
+
+def test_level_that_never_refills_the_batch_is_flagged_once():
+    runs = [{"concurrency": c, "repeat": i, "requests": n, "hygiene": {}}
+            for c, n in ((1, 8), (8, 8), (16, 64)) for i in range(3)]
+    warnings = hygiene_warnings(runs, None)
+    assert len(warnings) == 1, warnings  # c=1 never drains; c=16 with 64 requests = 4 waves
+    assert warnings[0].startswith("c=8: 8 requests per repeat") and "bench.num_prompts >= 32" in warnings[0]
+    assert hygiene_warnings([{"concurrency": 8, "repeat": 0, "hygiene": {}}], None) == []  # count unknown

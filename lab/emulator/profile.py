@@ -3,7 +3,7 @@
 A profile is a JSON file (``lab/emulator/profiles/<name>.json`` or any path) validated by
 :class:`CostProfile` (pydantic, unknown keys forbidden). Every numeric constant is a
 ``{"value": ..., "source": "..."}`` pair so that the file itself says where each number
-comes from (a seed measurement, ``physics-h200.json`` of the project design folder or an explicit
+comes from (a seed measurement, ``docs/benchmarks/physics-h200-design-folder.json`` or an explicit
 assumption). :func:`load_profile` raises :class:`ProfileError` naming the file and the key.
 
 Cost model (all results in seconds; ``kv_tokens`` is the total KV context of the batch,

@@ -1,0 +1,60 @@
+"""The comparison table (lab.compare.summary_markdown) and `lab summary`: numbers from a
+known runs frame, the same table from the CSV round trip, and the missing-report error."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from lab.cli import main as lab_main
+from lab.compare import _write_csv, read_summary_rows, summarize, summary_markdown
+
+
+def _summary():
+    runs = pd.DataFrame([
+        *({"mode": "base", "point": "c1", "concurrency": 1, "decode_tok_s": v, "output_tok_s": v - 1,
+           "cycle_ms": 1000 / v} for v in (80.0, 82.0, 84.0)),
+        *({"mode": "spec", "point": "c1", "concurrency": 1, "decode_tok_s": v, "output_tok_s": v - 1,
+           "cycle_ms": 20.0, "accept_length": 1.9, "verify_ms": 18.0} for v in (96.0, 97.0, 98.0)),
+    ])
+    results = {"base": {"engine": "emulator"}, "spec": {"engine": "emulator"}}
+    return summarize(results, runs, "base")
+
+
+def test_summary_markdown_known_numbers():
+    table = summary_markdown(_summary()["rows"], "base").splitlines()
+    assert table[0].startswith("| mode | point | decode tok/s [95 % CI]")
+    base, spec = table[2], table[3]
+    # mean 82 with a t-interval of 2 +/- 4.303 * 2 / sqrt(3)
+    assert base.startswith("| base | c1 | 82.0 [77.0, 87.0] | 81.0 [76.0, 86.0] | - | - | 12.2 |")
+    assert base.endswith("| reference | reference |")
+    cells = [c.strip() for c in spec.strip("|").split("|")]
+    assert cells[:7] == ["spec", "c1", "97.0 [94.5, 99.5]", "96.0 [93.5, 98.5]", "1.90", "18.0", "20.0"]
+    assert cells[7].startswith("1.18x [") and cells[7].endswith("faster")
+
+
+def test_summary_markdown_same_from_csv(tmp_path):
+    summary = _summary()
+    _write_csv(summary["rows"], tmp_path / "summary.csv")
+    assert summary_markdown(read_summary_rows(tmp_path / "summary.csv"), "base") == summary_markdown(
+        summary["rows"], "base")
+
+
+def test_lab_summary_prints_table_or_says_what_to_run(tmp_path, capsys):
+    assert lab_main(["summary", "--reports", str(tmp_path)]) == 2
+    assert "run `dvc repro`" in capsys.readouterr().err
+    summary = _summary()
+    _write_csv(summary["rows"], tmp_path / "summary.csv")
+    (tmp_path / "comparison.json").write_text(json.dumps({"baseline": "base", "caption": "engine: emulator",
+                                                          "notice": None}))
+    assert lab_main(["summary", "--reports", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("engine: emulator") and "| spec | c1 | 97.0 [94.5, 99.5]" in out
+
+
+@pytest.mark.parametrize("cell", ["", "nan", None])
+def test_missing_cells_print_as_dash(cell):
+    row = {"mode": "x", "point": "c1", "decode_tok_s_mean": cell}
+    assert "| x | c1 | - |" in summary_markdown([row])
