@@ -31,7 +31,7 @@ from typing import Any
 from lab import atomic, client, hygiene, metrics as M, sentinel, stats
 from lab.config import LabParams, repo_root
 from lab.context import pad_prompt
-from lab.dataset import load_prompts, workload
+from lab.dataset import load_prompts, output_lengths, workload
 from lab.crosscheck import LogWindow, add_cross_checks, window_server_timing
 from lab.effective import effective_config
 from lab.envcapture import capture_environment
@@ -320,12 +320,13 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                     point = _point_key(b, c, ctx, out_len)
                     for rep in range(b.repeats):
                         texts = [(i, pad_prompt(t, ctx)) for i, t in workload(prompts, b.num_prompts, b.seed + rep)]
+                        lengths = output_lengths(len(texts), out_len, b.output_tokens_spread, b.seed + rep)
                         prom0 = client.fetch_text(srv.base_url + "/metrics")
                         info0 = client.fetch_json(srv.base_url + "/server_info")
                         log_window = LogWindow(out / "server.log")
                         with GpuSampler(TELEMETRY_INTERVAL_S) as gpu:
                             recs = client.run_requests_sync(
-                                srv.base_url, texts, concurrency=c, max_new_tokens=out_len,
+                                srv.base_url, texts, concurrency=c, max_new_tokens=lengths,
                                 temperature=b.temperature, timeout_s=b.request_timeout_s,
                                 rid_prefix=f"{mode_name}-{point}-r{rep}",
                                 progress_desc=f"{mode_name} {point} repeat {rep + 1}/{b.repeats}",

@@ -35,7 +35,7 @@ import concurrent.futures
 import json
 import time
 import urllib.request
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import aiohttp
 from tqdm import tqdm  # plain text bar: renders in papermill-executed notebooks without ipywidgets
@@ -173,7 +173,7 @@ async def run_requests(
     texts: list[tuple[int, str]],
     *,
     concurrency: int,
-    max_new_tokens: int,
+    max_new_tokens: int | Sequence[int],
     temperature: float,
     timeout_s: float,
     rid_prefix: str,
@@ -191,7 +191,8 @@ async def run_requests(
     :param base_url: server root, e.g. ``http://127.0.0.1:30000``.
     :param texts: ``(prompt_index, templated_text)`` pairs (see :func:`lab.dataset.workload`).
     :param concurrency: closed-loop concurrency C >= 1.
-    :param max_new_tokens: output length per request (``ignore_eos`` forces it).
+    :param max_new_tokens: output length per request (``ignore_eos`` forces it): one int
+        for all, or one per entry of ``texts``.
     :param temperature: sampling temperature (0 = greedy).
     :param timeout_s: total time limit per request, seconds.
     :param rid_prefix: request-id prefix, e.g. ``"eagle3_decode-c8-r1"``.
@@ -205,10 +206,13 @@ async def run_requests(
         malformed chunk, server error). If the server refuses connections (it died), the
         run stops promptly: requests not yet sent get ``ok=False``, ``t_send=None`` and an
         ``error`` starting with :data:`NOT_SENT_PREFIX`.
-    :raises ValueError: ``concurrency < 1``.
+    :raises ValueError: ``concurrency < 1``, or a length list whose size is not ``len(texts)``.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency={concurrency}: must be >= 1")
+    lengths = [max_new_tokens] * len(texts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    if len(lengths) != len(texts):
+        raise ValueError(f"max_new_tokens: {len(lengths)} lengths for {len(texts)} requests. Fix: one per request")
     url = base_url.rstrip("/") + "/generate"
     records = [
         _new_record(f"{rid_prefix}-{i}", pi, mode, concurrency, repeat) for i, (pi, _) in enumerate(texts)
@@ -241,7 +245,7 @@ async def run_requests(
                 payload = {
                     "text": texts[i][1],
                     "sampling_params": {
-                        "max_new_tokens": max_new_tokens,
+                        "max_new_tokens": lengths[i],
                         "temperature": temperature,
                         "ignore_eos": True,
                     },

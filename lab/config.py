@@ -205,6 +205,9 @@ class BenchParams(_Strict):
     # of each is the primary point: the c<N> keys and the speedups use it.
     context_tokens: list[int] = Field(default_factory=lambda: [0])
     output_tokens: list[int] | None = None
+    # Per-request output lengths drawn uniformly from [L x (1 - spread), L] (the same draws
+    # in every mode; lab.dataset.output_lengths); 0 = every request decodes exactly L.
+    output_tokens_spread: float = Field(0.0, ge=0.0, lt=1.0)
 
     @field_validator("context_tokens")
     @classmethod

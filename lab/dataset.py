@@ -14,6 +14,7 @@ Kimi-K2-style template (see :func:`render_prompt`).
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ __all__ = [
     "load_prompts",
     "render_prompt",
     "workload",
+    "output_lengths",
 ]
 
 _ROLES = ("system", "user", "assistant")
@@ -200,3 +202,29 @@ def workload(prompts: list[Prompt], n: int, seed: int, tokenizer: Any = None) ->
                 rendered[idx] = render_prompt(prompts[idx], tokenizer)
             out.append((idx, rendered[idx]))
     return out
+
+
+def output_lengths(n: int, max_new_tokens: int, spread: float, seed: int) -> list[int]:
+    """Per-request output lengths (tokens) for one (level, repeat): uniform integers in
+    ``[ceil(max_new_tokens * (1 - spread)), max_new_tokens]`` from
+    ``numpy.random.default_rng(seed)``; ``spread == 0`` gives ``n`` copies of
+    ``max_new_tokens``. The same ``(n, max_new_tokens, spread, seed)`` gives the same list,
+    so every mode of a comparison decodes the same lengths.
+
+    Why: with identical lengths a baseline's requests finish and are replaced together
+    (one batched prefill per wave) while speculative requests drift apart, so c>1
+    comparisons measure the workload's shape, not the modes (README, "Concurrency above 1").
+
+    :param n: number of requests (>= 0). :param max_new_tokens: upper bound (>= 1).
+    :param spread: fraction in [0, 1). :param seed: RNG seed.
+    :returns: ``n`` ints, each >= 1 and <= ``max_new_tokens``.
+    :raises ValueError: ``spread`` outside [0, 1), ``n < 0`` or ``max_new_tokens < 1``.
+    """
+    if not 0.0 <= spread < 1.0:
+        raise ValueError(f"output_lengths: spread={spread} outside [0, 1). Fix: e.g. 0.5 for lengths in [L/2, L]")
+    if n < 0 or max_new_tokens < 1:
+        raise ValueError(f"output_lengths: n={n}, max_new_tokens={max_new_tokens}. Fix: n >= 0, max_new_tokens >= 1")
+    lo = max(1, math.ceil(max_new_tokens * (1.0 - spread)))
+    if lo >= max_new_tokens:
+        return [max_new_tokens] * n
+    return np.random.default_rng(seed).integers(lo, max_new_tokens + 1, size=n).tolist()

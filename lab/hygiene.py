@@ -216,7 +216,8 @@ def hygiene_warnings(per_run: Sequence[Mapping[str, Any]], warmup: Mapping[str, 
     Besides accounting and looping outputs, a level above concurrency 1 that sends fewer
     than :data:`MIN_WAVES` x concurrency requests is flagged: its batch never reaches a
     steady state (measured on the emulator: eagle3_decode at c=8 gave 1.11x baseline with 8
-    requests, 0.96x with 48; README, "Concurrency above 1").
+    requests, 0.96x with 48 of identical length, 1.10x with 48 of mixed lengths; README,
+    "Concurrency above 1").
     """
     out: list[str] = []
     if warmup and warmup.get("stable") is False:
@@ -227,7 +228,7 @@ def hygiene_warnings(per_run: Sequence[Mapping[str, Any]], warmup: Mapping[str, 
         out.append(f"c={c}: {n} requests per repeat fill the batch fewer than {MIN_WAVES} times; the batch drains "
                    f"as requests finish, which favours modes whose requests finish at different times "
                    f"(speculative decoding). For a steady-state figure set bench.num_prompts >= "
-                   f"{MIN_WAVES * c} (README: 'Concurrency above 1')")
+                   f"{MIN_WAVES * c} and bench.output_tokens_spread > 0 (README: 'Concurrency above 1')")
     for r in per_run:
         h = r.get("hygiene") or {}
         where = f"c={r.get('concurrency')} repeat {r.get('repeat')}"

@@ -31,6 +31,7 @@ def test_repo_params_are_valid():
     (lambda r: r["server"].update(prot=1), "server.prot", "unknown key"),
     (lambda r: r["bench"].update(num_prompts="many"), "bench.num_prompts", "integer"),
     (lambda r: r["bench"].update(concurrency=[1, 0]), "bench.concurrency", "not positive"),
+    (lambda r: r["bench"].update(output_tokens_spread=1.0), "bench.output_tokens_spread", "less than 1"),
     (lambda r: r["bench"].update(concurrency=[]), "bench.concurrency", "at least one level"),
     (lambda r: r["modes"]["eagle3_prefill"].update(num_draft_tokens=4), "modes.eagle3_prefill",
      "set num_draft_tokens: 3"),

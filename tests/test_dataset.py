@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.dataset import DatasetError, Prompt, load_prompts, render_prompt, workload
+from lab.dataset import DatasetError, Prompt, load_prompts, output_lengths, render_prompt, workload
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "prompts.jsonl"
 
@@ -113,3 +113,16 @@ def test_workload_deterministic_and_cycles():
     assert workload(prompts, 0, seed=0) == []
     with pytest.raises(DatasetError):
         workload([], 3, seed=0)
+
+
+def test_output_lengths_seeded_bounded_and_zero_spread():
+    a = output_lengths(200, 64, 0.5, seed=7)
+    assert a == output_lengths(200, 64, 0.5, seed=7)  # every mode draws the same lengths
+    assert a != output_lengths(200, 64, 0.5, seed=8)
+    assert min(a) == 32 and max(a) == 64  # uniform over [ceil(64 x 0.5), 64]: both ends drawn in 200
+    assert abs(sum(a) / len(a) - 48) < 2.5
+    assert output_lengths(5, 64, 0.0, seed=1) == [64] * 5
+    assert output_lengths(3, 2, 0.1, seed=1) == [2, 2, 2]  # ceil(1.8) = 2: nothing to spread
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="outside"):
+            output_lengths(3, 64, bad, seed=1)

@@ -345,6 +345,26 @@ def test_spec_server_end_to_end(servers, mode, verify_ms):
 
 
 @pytest.mark.integration
+def test_per_request_output_lengths_are_decoded(servers):
+    """bench.output_tokens_spread: the client sends one max_new_tokens per request and the
+    engine (ignore_eos) decodes exactly that many tokens for each."""
+    from lab.client import run_requests_sync
+    from lab.dataset import output_lengths
+
+    lengths = output_lengths(6, 24, 0.5, seed=3)
+    assert len(set(lengths)) > 1 and all(12 <= n <= 24 for n in lengths)
+    # the EAGLE-3 server (its own end-to-end test ran above): a verify may grant several
+    # tokens, yet no request overshoots its own limit
+    recs = run_requests_sync(servers["decode"].url, [(i, f"prompt {i}") for i in range(6)], concurrency=3,
+                             max_new_tokens=lengths, temperature=0.0, timeout_s=30, rid_prefix="spread")
+    assert [r["completion_tokens"] for r in recs] == lengths
+    assert all(sum(n for _, n in r["chunks"]) == r["completion_tokens"] for r in recs)
+    with pytest.raises(ValueError, match="one per request"):
+        run_requests_sync(servers["decode"].url, [(0, "x")], concurrency=1, max_new_tokens=[4, 4],
+                          temperature=0.0, timeout_s=5, rid_prefix="bad")
+
+
+@pytest.mark.integration
 def test_baseline_server_and_sigterm(servers):
     srv = servers["baseline"]
 
