@@ -82,8 +82,9 @@ def doctor(params_file: str | None, engine: str | None, modes: list[str] | None,
     print(format_table(report))
     return 0 if report.ok else 1
 def print_summary(reports_dir: Path) -> int:
-    """Print ``reports_dir``'s comparison (caption, notice, table); 0, or 2 when the compare
-    stage has not written it yet (the message says to run ``dvc repro``)."""
+    """Print ``reports_dir``'s comparison (caption, table, notice, each mode's measurement
+    warnings); 0, or 2 when the compare stage has not written it yet (the message says to
+    run ``dvc repro``)."""
     from lab.compare import read_summary_rows, summary_markdown
 
     try:
@@ -98,6 +99,9 @@ def print_summary(reports_dir: Path) -> int:
     print(summary_markdown(rows, comp.get("baseline")))
     if comp.get("notice"):
         print("\n" + comp["notice"])
+    for mode, ws in (comp.get("warnings") or {}).items():
+        for w in ws:
+            print(f"\nwarning, {mode}: {w}")
     return 0
 
 

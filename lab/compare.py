@@ -200,6 +200,7 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     summary = summarize(results, runs, baseline)
     summary["caption"] = engine_caption(results, params)
     summary["effective_config"] = {m: r.get("effective_config") for m, r in results.items()}
+    summary["warnings"] = {m: r["warnings"] for m, r in results.items() if r.get("warnings")}  # hygiene, per mode
     from lab.sweep_figures import primary_runs, primary_summary
 
     summary["figures"] = figures.draw_all(primary_runs(runs), requests_frame(res_dir, modes), primary_summary(summary),
@@ -210,7 +211,10 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     _write_csv(summary["rows"], rep_dir / "summary.csv")
     from lab.atomic import write_text_atomic
 
-    write_text_atomic(rep_dir / "summary.md", f"{summary['caption']}\n\n{summary_markdown(summary['rows'], baseline)}\n")
+    warn_lines = [f"- {m}: {w}" for m, ws in summary["warnings"].items() for w in ws]
+    write_text_atomic(rep_dir / "summary.md", "\n\n".join(
+        [summary["caption"], summary_markdown(summary["rows"], baseline), *(["Warnings:\n" + "\n".join(warn_lines)]
+                                                                            if warn_lines else [])]) + "\n")
     report.write_report(params, summary, rep_dir / "report.html")
     if track:
         try:

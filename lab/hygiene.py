@@ -215,7 +215,7 @@ def hygiene_warnings(per_run: Sequence[Mapping[str, Any]], warmup: Mapping[str, 
 
     Besides accounting and looping outputs, a level above concurrency 1 that sends fewer
     than :data:`MIN_WAVES` x concurrency requests is flagged: its batch never reaches a
-    steady state (measured on the emulator: eagle3_decode at c=8 gave 1.11x baseline with 8
+    steady state (measured on the emulator: eagle3_decode at c=8 gave 1.10x baseline with 8
     requests, 0.96x with 48 of identical length, 1.10x with 48 of mixed lengths; README,
     "Concurrency above 1").
     """

@@ -74,6 +74,8 @@ li { margin-bottom: 0.4em; }
 <h1>Does EAGLE-3 beat plain decoding here?</h1>
 <p class="caption">{{ caption }}</p>
 {% if notice %}<p class="notice">{{ notice }}</p>{% endif %}
+{% if warnings %}<h2>Measurement warnings</h2>
+<ul>{% for mode, ws in warnings.items() %}{% for w in ws %}<li><b>{{ mode }}</b>: {{ w }}</li>{% endfor %}{% endfor %}</ul>{% endif %}
 <h2>Break-even explanation</h2>
 <p>A chain draft emits <i>accept length</i> tokens per cycle of <i>draft_ms + verify_ms</i>; plain decoding
 emits one token per <i>decode_ms</i>. Speedup = accept_length &times; decode_ms / (draft_ms + verify_ms);
@@ -102,19 +104,25 @@ def _fmt(e: dict[str, Any] | None, digits: int = 1) -> str:
     return f"{e['mean']:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
+def _speedup(s: dict[str, Any] | None, mode: str, baseline: str | None) -> str:
+    if s:
+        return f"{s['ratio']:.2f}x [{s['ci95_lo']:.2f}, {s['ci95_hi']:.2f}] {s['verdict']}"
+    return "reference" if mode == baseline else "-"
+
+
 def _summary_html(summary: dict[str, Any]) -> str:
     rows = []
     for mode, levels in summary["modes"].items():
         for key, e in levels.items():
-            s = e.get("speedup_decode_tok_s")
+            s, so = e.get("speedup_decode_tok_s"), e.get("speedup_output_tok_s")
             rows.append({"mode": mode, "point": key, "concurrency": e["concurrency"],
                          "context tokens": e.get("context_tokens", "-"), "output tokens": e.get("max_new_tokens", "-"),
                          "decode tok/s": _fmt(e.get("decode_tok_s")), "output tok/s": _fmt(e.get("output_tok_s")),
                          "accept length": _fmt(e.get("accept_length"), 2), "verify ms": _fmt(e.get("verify_ms")),
                          "draft ms": _fmt(e.get("draft_ms")), "decode ms": _fmt(e.get("decode_ms")),
                          "cycle ms": _fmt(e.get("cycle_ms")),
-                         "speedup": (f"{s['ratio']:.2f}x [{s['ci95_lo']:.2f}, {s['ci95_hi']:.2f}] {s['verdict']}"
-                                     if s else "reference" if mode == summary.get("baseline") else "-")})
+                         "speedup, decode tok/s": _speedup(s, mode, summary.get("baseline")),
+                         "speedup, output tok/s": _speedup(so, mode, summary.get("baseline"))})
     return pd.DataFrame(rows).to_html(index=False, escape=True, border=0)
 
 
@@ -148,6 +156,7 @@ def write_report(params: LabParams, summary: dict[str, Any], path: Path) -> Path
                for name, p in summary.get("figures", {}).items()]
     text = env.from_string(_TEMPLATE).render(
         engine=html.escape(params.engine), caption=summary.get("caption", ""), notice=summary.get("notice"),
+        warnings=summary.get("warnings") or {},
         break_even=_lowest_level(summary.get("break_even", [])), table=_summary_html(summary), figures=figures,
         config_table=_config_html(params, summary))
     tmp = path.with_name(f".{path.name}.tmp")

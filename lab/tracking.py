@@ -185,7 +185,8 @@ def attach_artifact(params: LabParams, run_id: str, path: str | os.PathLike[str]
 
 
 def log_physics(params: LabParams, metrics: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> str | None:
-    """Log the GPU stage's result as one MLflow run; returns its id (None if MLflow failed).
+    """Log the GPU stage's result as one MLflow run, nested under the pipeline's parent run
+    (:func:`lab.grouping.pipeline_parent`); returns its id (None if MLflow failed).
 
     Per-T medians go in as step metrics (step = T tokens per forward): ``eager_ms_p50``,
     ``graph_ms_p50``, ``floor_ms``; the verify/decode ratios and the copy bandwidth as plain
@@ -199,8 +200,10 @@ def log_physics(params: LabParams, metrics: Mapping[str, Any], out_dir: str | os
     tags.pop("emulator_profile", None)
     tags.pop("sglang_version", None)
     try:
+        from lab.grouping import pipeline_parent
+
         run = open_run(params, run_name=f"physics | tp={metrics.get('tp', params.physics.tp)} | "
-                       f"{device.get('name', status)}", tags=tags)
+                       f"{device.get('name', status)}", tags=tags, parent_run_id=pipeline_parent(params))
         run.log_params(flatten_params({"physics": params.physics.model_dump()}))
         for row in metrics.get("rows") or []:
             run.log_metrics({k: row.get(k) for k in ("eager_ms_p50", "eager_ms_p90", "graph_ms_p50",

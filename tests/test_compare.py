@@ -48,10 +48,11 @@ def test_lab_summary_prints_table_or_says_what_to_run(tmp_path, capsys):
     summary = _summary()
     _write_csv(summary["rows"], tmp_path / "summary.csv")
     (tmp_path / "comparison.json").write_text(json.dumps({"baseline": "base", "caption": "engine: emulator",
-                                                          "notice": None}))
+                                                          "notice": None, "warnings": {"spec": ["c=8: one wave"]}}))
     assert lab_main(["summary", "--reports", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("engine: emulator") and "| spec | c1 | 97.0 [94.5, 99.5]" in out
+    assert out.rstrip().endswith("warning, spec: c=8: one wave")
 
 
 @pytest.mark.parametrize("cell", ["", "nan", None])

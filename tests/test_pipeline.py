@@ -111,6 +111,8 @@ def test_mlflow_holds_mode_runs_and_comparison(repo):
     assert not [k for k in physics[0].data.metrics if k.startswith("graph_ms")]  # no invented numbers
     compare = [r for r in runs if r.info.run_name.startswith("compare")]
     assert len(compare) == 1
+    parent = compare[0].data.tags["mlflow.parentRunId"]  # one pipeline run holds every stage's run
+    assert {r.data.tags.get("mlflow.parentRunId") for r in [*by_mode.values(), physics[0]]} == {parent}
     figs = {a.path for a in client.list_artifacts(compare[0].info.run_id, "figures")}
     assert "figures/speedup.png" in figs
 
@@ -138,3 +140,14 @@ def test_report_renders_every_figure_in_headless_chromium(repo):
     assert {"decode_tok_s", "speedup", "break_even", "speedup_heatmap", "throughput_vs_concurrency",
             "verify_vs_context"} <= names
     assert all(done and width > 0 for _, done, width in imgs), imgs
+
+
+def test_summary_md_and_report_carry_the_one_wave_warning(repo):
+    """SMALL_BENCH sends 4 requests at concurrency 4: one wave. The warning reaches
+    metrics.json, reports/summary.md, report.html and `lab summary`."""
+    lean = json.loads((repo / "results" / "eagle3_decode" / "metrics.json").read_text())
+    assert "c=4: 4 requests per repeat fill the batch fewer than 4 times" in lean["warnings"]
+    md = (repo / "reports" / "summary.md").read_text()
+    assert "| eagle3_decode | c1 |" in md and "Warnings:\n- baseline: c=4: 4 requests" in md
+    text = (repo / "reports" / "report.html").read_text()
+    assert "Measurement warnings" in text and "speedup, output tok/s" in text
