@@ -17,14 +17,9 @@ from pathlib import Path
 import psutil
 
 from lab.config import LabParams, load_params
+from scratch import free_port  # noqa: F401  (re-exported for the fault tests)
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def port_free(port: int) -> bool:

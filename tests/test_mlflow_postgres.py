@@ -161,8 +161,9 @@ def test_pipeline_runs_nest_under_a_parent_on_postgres(mlflow_server, postgres_u
     assert metrics(parent)["eagle3_decode.c1.speedup_decode_tok_s"] > 0
     children = [r for r in runs if tags(r).get("mlflow.parentRunId") == parent["info"]["run_id"]]
     names = sorted(r["info"]["run_name"] for r in children)
-    assert names == ["baseline | emulator | no speculation", "compare | emulator | 2 modes",
-                     "eagle3_decode | emulator | EAGLE3 s2 k1 d3 decode"], names
+    assert names[:3] == ["baseline | emulator | no speculation", "compare | emulator | 2 modes",
+                         "eagle3_decode | emulator | EAGLE3 s2 k1 d3 decode"], names
+    assert len(names) == 4 and names[3].startswith("physics | tp=1 | "), names  # "not run: ..." without CUDA
     for r in children:
         if tags(r).get("mode"):
             assert r["info"]["status"] == "FINISHED"
