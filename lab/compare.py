@@ -264,12 +264,9 @@ def _mean(row: dict[str, Any], m: str, digits: int = 1) -> str:
 
 
 def _speedup(row: dict[str, Any], m: str, baseline: str | None) -> str:
-    ratio = _num(row.get(f"speedup_{m}"))
-    if ratio is None:
-        return "reference" if baseline and row.get("mode") == baseline else "-"
-    lo, hi = _num(row.get(f"speedup_{m}_ci95_lo")), _num(row.get(f"speedup_{m}_ci95_hi"))
-    ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
-    return f"{ratio:.2f}x{ci} {row.get(f'verdict_{m}') or ''}".rstrip()
+    text = stats.format_speedup(_num(row.get(f"speedup_{m}")), _num(row.get(f"speedup_{m}_ci95_lo")),
+                                _num(row.get(f"speedup_{m}_ci95_hi")), row.get(f"verdict_{m}"))
+    return text or ("reference" if baseline and row.get("mode") == baseline else "-")
 
 
 def summary_markdown(rows: list[dict[str, Any]], baseline: str | None = None) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from lab.config import LabParams
-from lab import theory
+from lab import stats, theory
 
 __all__ = ["explain_figures", "break_even_costs", "write_report"]
 
@@ -105,9 +105,8 @@ def _fmt(e: dict[str, Any] | None, digits: int = 1) -> str:
 
 
 def _speedup(s: dict[str, Any] | None, mode: str, baseline: str | None) -> str:
-    if s:
-        return f"{s['ratio']:.2f}x [{s['ci95_lo']:.2f}, {s['ci95_hi']:.2f}] {s['verdict']}"
-    return "reference" if mode == baseline else "-"
+    text = stats.format_speedup(s["ratio"], s["ci95_lo"], s["ci95_hi"], s["verdict"]) if s else None
+    return text or ("reference" if mode == baseline else "-")
 
 
 def _summary_html(summary: dict[str, Any]) -> str:

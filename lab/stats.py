@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 from scipy import stats as _st
 
-__all__ = ["mean_ci", "ratio_ci", "verdict"]
+__all__ = ["mean_ci", "ratio_ci", "verdict", "format_speedup"]
 
 Verdict = Literal["faster", "slower", "not distinguishable"]
 
@@ -111,3 +111,12 @@ def verdict(ratio: float, lo: float, hi: float, *, higher_is_better: bool = True
     if hi < 1.0:
         return "slower" if higher_is_better else "faster"
     return "not distinguishable"
+
+
+def format_speedup(ratio: float | None, lo: float | None, hi: float | None, verdict_: str | None) -> str | None:
+    """``"1.17x [1.16, 1.18] faster"`` (the interval only when both bounds exist); None
+    when there is no ratio. Shared by the report, ``reports/summary.md`` and ``lab summary``."""
+    if ratio is None:
+        return None
+    ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
+    return f"{ratio:.2f}x{ci} {verdict_ or ''}".rstrip()

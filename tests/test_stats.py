@@ -75,3 +75,11 @@ def test_verdict():
     assert verdict(0.8, 0.7, 0.9) == "slower"
     assert verdict(1.02, 0.95, 1.1) == "not distinguishable"
     assert verdict(1.2, float("nan"), float("nan")) == "not distinguishable"
+
+
+def test_format_speedup():
+    from lab.stats import format_speedup
+
+    assert format_speedup(1.1747, 1.161, 1.182, "faster") == "1.17x [1.16, 1.18] faster"
+    assert format_speedup(0.9, None, None, None) == "0.90x"
+    assert format_speedup(None, 1.0, 1.1, "faster") is None
