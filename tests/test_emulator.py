@@ -322,7 +322,8 @@ def test_spec_server_end_to_end(servers, mode, verify_ms):
     assert info["speculative_attention_mode"] == mode and info["engine"] == "emulator"
     assert info["emulator_profile"]["name"] == "kimi_k25_tp8_pcie" and info["emulator_profile"]["version"] == 1
     st = info["internal_states"][0]
-    assert 1.0 <= st["avg_spec_accept_length"] <= 3.0 and st["step_time_dict"]
+    assert st["avg_spec_accept_length"] >= 1.0 and st["avg_spec_accept_length"] <= 3.0  # 1 + up to 2 drafts
+    assert st["step_time_dict"]
     # ground truth agrees with what the client saw
     truth = load_truth(srv.truth_path)
     by_rid = truth.tokens_by_rid()
