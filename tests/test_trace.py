@@ -26,7 +26,7 @@ def X(name, cat, ts, dur, pid=CPU, tid=1, corr=None, **args):
 
 
 def synthetic_trace():
-    """VERIFY (eager) at 0 us, DRAFT at 150, DECODE-in-graph at 200, VERIFY at 300.
+    """VERIFY (eager) at 0 us, DRAFT at 150, DRAFT-in-graph at 200, VERIFY at 300.
 
     VERIFY #1 (span 0..100): launches at 10 (k1: 20..30), 40 (k2 NCCL all-reduce: 50..70),
     45 (k3 flash attention: 70..80), 50 (k4: 90..95).
@@ -34,7 +34,7 @@ def synthetic_trace():
       host gaps: 0->20 (k1 launched at 10 >= 0), 30->50 (k2 launched at 40 >= 30) = 40 us;
       80->90 is not (k4 launched at 50 < 80: the GPU had it queued).
     DRAFT (span 150..160): one launch at 152 (k5: 170..175): wall 25, busy 5, host gap 20.
-    DECODE (span 200..210): cudaGraphLaunch at 202 (k6 220..230, k7 230..240, k8 245..250):
+    DRAFT (span 200..210): cudaGraphLaunch at 202 (k6 220..230, k7 230..240, k8 245..250):
       wall 50, busy 25, host gap 20 (200->220; 240->245 is not: launched at 202).
     VERIFY #2 (span 300..310): one launch at 301 (k9: 305..308).
     """
@@ -54,7 +54,7 @@ def synthetic_trace():
         X("step[DRAFT bs=1]", "user_annotation", 150, 10),
         X("cudaLaunchKernel", "cuda_runtime", 152, 2, corr=5),
         X("void draft_gemm(P)", "kernel", 170, 5, pid=GPU, tid=7, corr=5),
-        X("step[DECODE bs=1]", "user_annotation", 200, 10),
+        X("step[DRAFT bs=1]", "user_annotation", 200, 10),
         X("cudaGraphLaunch", "cuda_runtime", 202, 5, corr=10),
         X("void g1()", "kernel", 220, 10, pid=GPU, tid=7, corr=10),
         X("void g2()", "kernel", 230, 10, pid=GPU, tid=7, corr=10),
@@ -72,7 +72,7 @@ def test_step_rows_by_hand():
     a = analyze_trace(synthetic_trace(), mode="eagle3_prefill")
     assert a["mode"] == "eagle3_prefill"
     steps = a["steps"]
-    assert [r["stage"] for r in steps] == ["VERIFY", "DRAFT", "DECODE", "VERIFY"]  # "nested" is no step span
+    assert [r["stage"] for r in steps] == ["VERIFY", "DRAFT", "DRAFT", "VERIFY"]  # "nested" is no step span
     v = steps[0]
     assert v["wall_ms"] == pytest.approx(0.100)
     assert v["host_ms"] == pytest.approx(0.100)
@@ -100,11 +100,14 @@ def test_cycles_anchor_on_verify():
     # every GPU op starting in [0, 300): 45 + 5 + 25 us
     assert c["gpu_busy_ms"] == pytest.approx(0.075)
     assert c["idle_share"] == pytest.approx(1 - 75 / 300)
-    assert c["stages"] == {"DECODE": 1, "DRAFT": 1, "VERIFY": 1}
+    assert c["stages"] == {"DRAFT": 2, "VERIFY": 1}
     assert (c["kernels"], c["eager_launches"], c["graph_launches"], c["allreduce_count"]) == (8, 5, 1, 1)
     assert c["forward_ms"] == pytest.approx(0.100 + 0.025 + 0.050)
     a2 = analyze_trace(synthetic_trace(), anchor="DECODE")
-    assert a2["cycles"] == []  # one DECODE span: no full cycle
+    assert a2["cycles"] == []  # no DECODE span: no cycle
+    t = synthetic_trace()
+    t["traceEvents"].append(X("step[EXTEND bs=1 toks=5]", "user_annotation", 250, 5))
+    assert analyze_trace(t)["cycles"] == []  # a prefill inside: a request boundary, not a steady cycle
 
 
 def test_summary_medians_and_attention_union():

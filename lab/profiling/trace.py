@@ -38,7 +38,7 @@ import gzip
 import json
 import re
 import statistics
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -82,6 +82,7 @@ NCCL_RE = re.compile(r"nccl", re.IGNORECASE)
 #: ``sgl-kernel`` ``custom_all_reduce``), and one-shot/two-shot symmetric-memory variants.
 ALLREDUCE_RE = re.compile(r"all_?reduce|cross_device_reduce|one_?shot|two_?shot", re.IGNORECASE)
 
+_EPS_US = 1e-3  # 1 ns: Chrome-trace timestamps carry no finer resolution
 _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 
@@ -234,7 +235,7 @@ def _host_gap_ms(ops: list[_Ev], start: float, launch_ts: dict[int, float]) -> f
     for op in sorted(ops, key=lambda e: e.ts):
         if op.ts > busy_until:
             lt = launch_ts.get(id(op))
-            if lt is not None and lt >= busy_until:
+            if lt is not None and lt >= busy_until - _EPS_US:
                 gap += op.ts - busy_until
         busy_until = max(busy_until, op.end)
     return gap / 1e3
@@ -282,7 +283,7 @@ def step_rows(idx: TraceIndex, span_re: re.Pattern[str] = STEP_SPAN_RE) -> list[
             continue
         outer.append(s)
     for s in outer:
-        lo, hi = bisect_left(rt_starts, s.ts), bisect_right(rt_starts, s.end)
+        lo, hi = bisect_left(rt_starts, s.ts), bisect_left(rt_starts, s.end)  # launches in [start, end)
         launches = [r for r in idx.runtime[lo:hi] if r.tid == s.tid and r.pid == s.pid]
         ops: list[_Ev] = []
         launch_ts: dict[int, float] = {}
@@ -318,7 +319,9 @@ def cycle_rows(idx: TraceIndex, steps: list[dict[str, Any]], anchor: str | None 
     """One row per cycle: from one anchor step's start to the next one's (see the module doc).
 
     :param anchor: the stage that starts a cycle; default ``VERIFY`` if any step has it,
-        else ``DECODE``. A trace with fewer than two anchors has no cycles.
+        else ``DECODE``. A trace with fewer than two anchors has no cycles. A cycle holding a
+        step other than the anchor and ``DRAFT`` (a prefill at a request boundary, say) is
+        left out: cycles are the steady decode loop.
     :returns: rows with ``anchor``, ``start_us``, ``wall_ms``, ``gpu_busy_ms``, ``idle_ms``,
         ``idle_share``, ``stages`` (``{stage: count}`` of the steps inside), the kernel
         statistics of :func:`step_rows` over every GPU op that starts in the cycle and every
@@ -326,14 +329,17 @@ def cycle_rows(idx: TraceIndex, steps: list[dict[str, Any]], anchor: str | None 
     """
     stages = {r["stage"] for r in steps}
     anchor = anchor or ("VERIFY" if "VERIFY" in stages else "DECODE")
+    allowed = {anchor, "DRAFT"}
     starts = [r["start_us"] for r in steps if r["stage"] == anchor]
     gpu_starts = idx.gpu_starts
     rt_starts = [r.ts for r in idx.runtime]
     out = []
     for a, b in zip(starts, starts[1:]):
+        inside = [r for r in steps if a <= r["start_us"] < b]
+        if any(r["stage"] not in allowed for r in inside):
+            continue  # a request boundary (EXTEND) or other forward: not a steady cycle
         ops = idx.gpu[bisect_left(gpu_starts, a):bisect_left(gpu_starts, b)]
         launches = idx.runtime[bisect_left(rt_starts, a):bisect_left(rt_starts, b)]
-        inside = [r for r in steps if a <= r["start_us"] < b]
         wall = (b - a) / 1e3
         busy = _union_ms(((g.ts, g.end) for g in ops), a, b)
         row = {
