@@ -103,6 +103,8 @@ def test_cycles_anchor_on_verify():
     assert c["stages"] == {"DRAFT": 2, "VERIFY": 1}
     assert (c["kernels"], c["eager_launches"], c["graph_launches"], c["allreduce_count"]) == (8, 5, 1, 1)
     assert c["forward_ms"] == pytest.approx(0.100 + 0.025 + 0.050)
+    # host gaps: VERIFY's 40 us, 95->170 (k5 launched at 152), 175->220 (graph launched at 202)
+    assert c["host_gap_ms"] == pytest.approx(0.160)
     a2 = analyze_trace(synthetic_trace(), anchor="DECODE")
     assert a2["cycles"] == []  # no DECODE span: no cycle
     t = synthetic_trace()

@@ -32,7 +32,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["ProfileCaptureError", "profile_request_body", "post_profile", "capture_profile", "TRACE_PREFIX"]
+__all__ = ["ProfileCaptureError", "profile_request_body", "post_profile", "capture_profile", "profile_metrics",
+           "TRACE_PREFIX"]
 
 TRACE_PREFIX = "lab"
 
@@ -120,3 +121,20 @@ def capture_profile(base_url: str, out_dir: str | Path, *, mode: str, texts: lis
             except ProfileCaptureError:
                 pass
     return result
+
+
+_METRIC_KEYS = ("wall_ms_p50", "gpu_busy_ms_p50", "idle_share_p50", "host_gap_share_p50", "kernels_p50",
+                "eager_launches_p50", "graph_launches_p50", "allreduce_count_p50", "allreduce_ms_p50")
+
+
+def profile_metrics(profile: dict[str, Any] | None) -> dict[str, float | None]:
+    """Flat MLflow metrics of a :func:`capture_profile` result: ``profile.<step>.<median>`` per
+    step stage (``profile.verify.wall_ms_p50``, ...) and ``profile.cycle.<median>``; ``{}`` unless ok."""
+    if not profile or profile.get("status") != "ok":
+        return {}
+    ana = profile["analysis"]
+    out: dict[str, float | None] = {}
+    for stage, s in [*ana["by_stage"].items(), ("cycle", ana["cycle_summary"])]:
+        for k in _METRIC_KEYS:
+            out[f"profile.{stage.lower()}.{k}"] = s.get(k)
+    return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["stage_rows", "markdown_table", "where_time_goes", "plot_time_breakdown", "FIGURE_FILE"]
+__all__ = ["stage_rows", "markdown_table", "where_time_goes", "plot_time_breakdown", "profile_section", "FIGURE_FILE"]
 
 FIGURE_FILE = "verify_time_breakdown.png"
 
@@ -105,9 +105,9 @@ def plot_time_breakdown(rows: list[dict[str, Any]], path: str | Path, *, title: 
     busy = [r.get("gpu_busy_ms_p50") or 0.0 for r in rows]
     gap = [(r.get("host_gap_share_p50") or 0.0) * r["wall_ms_p50"] for r in rows]
     other = [max(r["wall_ms_p50"] - b - g, 0.0) for r, b, g in zip(rows, busy, gap)]
-    cap_in = 0.16 * (1 + len(caption) // 130)  # caption height, inches
+    cap_in = 0.16 * (1 + len(caption) // 160)  # caption height, inches
     height = 0.55 * len(rows) + 1.8 + cap_in
-    fig, ax = plt.subplots(figsize=(9, height))
+    fig, ax = plt.subplots(figsize=(11, height))
     y = list(range(len(rows)))[::-1]
     ax.barh(y, busy, color="#4c72b0", label="GPU busy (union of kernels)")
     ax.barh(y, gap, left=busy, color="#dd8452", label="GPU idle: waiting for host launches")
@@ -121,7 +121,7 @@ def plot_time_breakdown(rows: list[dict[str, Any]], path: str | Path, *, title: 
     ax.set_yticklabels(labels)
     ax.set_xlabel("ms per step (median)")
     ax.set_title(title)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="lower left", bbox_to_anchor=(1.01, 0.0), fontsize=8)
     fig.text(0.01, 0.01, caption, fontsize=7, wrap=True)
     fig.tight_layout(rect=(0, (cap_in + 0.05) / height, 1, 1))
     out = Path(path)
@@ -129,3 +129,43 @@ def plot_time_breakdown(rows: list[dict[str, Any]], path: str | Path, *, title: 
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def profile_section(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *, baseline: str | None,
+                    caption: str) -> dict[str, Any] | None:
+    """The report's profiling section from each mode's ``result.json`` (``result["profile"]``,
+    written by ``bench.profile``); None when no mode was profiled.
+
+    :param results: ``{mode: result}`` (:func:`lab.compare.load_results`).
+    :param out_dir: where the figure goes (``verify_time_breakdown.png``).
+    :param baseline: the plain-decoding mode whose DECODE step each VERIFY step is compared with.
+    :param caption: the engine caption; the figure's caption adds "MODELLED" for emulator traces.
+    :returns: ``{"modelled", "rows" (:func:`stage_rows`), "markdown", "sentences" ({mode: str}),
+        "failed" ({mode: status}), "traces" ({mode: path}), "figure" (path or None)}``.
+    """
+    prof = {m: r.get("profile") for m, r in results.items() if r.get("profile")}
+    if not prof:
+        return None
+    ok = {m: p for m, p in prof.items() if p.get("status") == "ok" and p.get("analysis")}
+    analyses = {m: p["analysis"] for m, p in ok.items()}
+    modelled = any(p.get("modelled") for p in ok.values())
+    rows = stage_rows(analyses)
+    base = (analyses.get(baseline) or {}).get("by_stage", {}).get("DECODE") if baseline else None
+    sentences: dict[str, str] = {}
+    for m, a in analyses.items():
+        v = a.get("by_stage", {}).get("VERIFY")
+        if v and base:
+            s = where_time_goes(v, base, verify_label=f"In {m}, verify", decode_label=f"a {baseline} decode step")
+            if s:
+                sentences[m] = s + (" (modelled by the emulator)" if ok[m].get("modelled") else "")
+    figure = None
+    plot_rows = [r for r in rows if r["stage"] != "EXTEND"]
+    if plot_rows:
+        note = (" Profiler traces MODELLED by the SGLang emulator from its cost profile (lab/emulator/trace.py): "
+                "not a GPU measurement." if modelled else " Profiler traces captured with SGLang's /start_profile.")
+        figure = str(plot_time_breakdown(plot_rows, Path(out_dir) / FIGURE_FILE,
+                                         title="Where each step's time goes (medians over the traced steps)",
+                                         caption=caption + note))
+    return {"modelled": modelled, "rows": rows, "markdown": markdown_table(rows), "sentences": sentences,
+            "failed": {m: p.get("status") for m, p in prof.items() if m not in ok},
+            "traces": {m: p.get("trace") for m, p in ok.items()}, "figure": figure}

@@ -323,7 +323,8 @@ def cycle_rows(idx: TraceIndex, steps: list[dict[str, Any]], anchor: str | None 
         step other than the anchor and ``DRAFT`` (a prefill at a request boundary, say) is
         left out: cycles are the steady decode loop.
     :returns: rows with ``anchor``, ``start_us``, ``wall_ms``, ``gpu_busy_ms``, ``idle_ms``,
-        ``idle_share``, ``stages`` (``{stage: count}`` of the steps inside), the kernel
+        ``idle_share``, ``host_gap_ms``, ``host_gap_share`` (gaps clipped to the cycle's end
+        are not counted), ``stages`` (``{stage: count}`` of the steps inside), the kernel
         statistics of :func:`step_rows` over every GPU op that starts in the cycle and every
         launch call inside it, and ``forward_ms`` (sum of the steps' wall times).
     """
@@ -342,6 +343,8 @@ def cycle_rows(idx: TraceIndex, steps: list[dict[str, Any]], anchor: str | None 
         launches = idx.runtime[bisect_left(rt_starts, a):bisect_left(rt_starts, b)]
         wall = (b - a) / 1e3
         busy = _union_ms(((g.ts, g.end) for g in ops), a, b)
+        launch_ts = {id(g): idx.launch_by_corr[g.corr].ts for g in ops if g.corr in idx.launch_by_corr}
+        gap = _host_gap_ms(ops, a, launch_ts)
         row = {
             "anchor": anchor,
             "start_us": a,
@@ -349,6 +352,8 @@ def cycle_rows(idx: TraceIndex, steps: list[dict[str, Any]], anchor: str | None 
             "gpu_busy_ms": busy,
             "idle_ms": max(wall - busy, 0.0),
             "idle_share": max(wall - busy, 0.0) / wall if wall > 0 else None,
+            "host_gap_ms": gap,
+            "host_gap_share": gap / wall if wall > 0 else None,
             "stages": {st: sum(1 for r in inside if r["stage"] == st) for st in sorted({r["stage"] for r in inside})},
             "forward_ms": sum(r["wall_ms"] for r in inside),
         }
