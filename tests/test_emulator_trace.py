@@ -28,6 +28,7 @@ from lab.emulator.trace import EmulatorProfiler, ProfileRequestError, build_trac
 from lab.emulator.truth import load_truth
 from lab.profiling.capture import TRACE_PREFIX, capture_profile, profile_request_body
 from lab.profiling.trace import analyze_trace
+from test_server import sglang_nodeps  # noqa: F401 - fixture: SGLang 0.5.23 source, no deps
 
 ROOT = Path(__file__).resolve().parents[1]
 KIMI, _ = load_profile("kimi_k25_tp8_pcie")
@@ -202,3 +203,30 @@ def test_capture_against_live_emulator(tmp_path):
     assert all(c["stages"] == {"DRAFT": 2, "VERIFY": 1} for c in cyc)
     body = profile_request_body(tmp_path, "x")
     assert body["activities"] == ["CPU", "GPU"] and body["with_stack"] is False and Path(body["output_dir"]).is_absolute()
+
+
+def test_profile_surfaces_match_sglang_source(sglang_nodeps):
+    """The lab's request body and the emulator's surfaces against SGLang 0.5.23's own source."""
+    import ast
+
+    from lab.emulator import trace as et
+
+    srt = sglang_nodeps / "sglang" / "srt"
+    tree = ast.parse((srt / "managers" / "io_struct.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ProfileReq")
+    fields = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)}
+    assert et._KNOWN_FIELDS == fields
+    assert set(profile_request_body(Path("/x"), "id")) <= fields
+    http = (srt / "entrypoints" / "http_server.py").read_text()
+    for route in ('@app.api_route("/start_profile", methods=["GET", "POST"])',
+                  '@app.api_route("/stop_profile", methods=["GET", "POST"])',
+                  'content="Start profiling.\\n"', 'content="Stop profiling. This will take some time.\\n"'):
+        assert route in http, route
+    pm = (srt / "managers" / "scheduler_components" / "profiler_manager.py").read_text()
+    for text in ("Profiling is already in progress. Call /stop_profile first.",
+                 "Profiling is not in progress. Call /start_profile first.",
+                 'filename_parts = [self.profile_id, f"TP-{get_parallel().tp_rank}"]', '+ ".trace.json.gz"',
+                 'stage_prefix = self.profile_prefix + "-"', 'os.getenv("SGLANG_TORCH_PROFILER_DIR", "/tmp")'):
+        assert text in pm, text
+    spans = (srt / "utils" / "profile_utils.py").read_text()
+    assert 'stage = "VERIFY"' in spans and 'stage = "DRAFT"' in spans and 'base = f"step[{stage} bs={bs}"' in spans

@@ -9,6 +9,9 @@ SGLang 0.5.23 (paths under ``sglang/srt/``, checked against the wheel's source):
   launch calls, GPU for the kernels), ``with_stack: false`` and ``record_shapes: false`` (both
   default to true, ``managers/tokenizer_control_mixin.py:401-417``, and would bloat the trace),
   ``profile_id`` and ``profile_prefix``. No ``num_steps``: the lab stops the profiler itself.
+  SGLang's own benchmark client sends the same kind of body (``benchmark/serving.py:879-905``).
+  The body is validated as a typed dict of ``ProfileReq``'s fields, unknown keys ignored
+  (``utils/msgspec_utils.py:70-100``).
 - ``POST /stop_profile`` (``http_server.py:1232-1239``) returns once the scheduler has exported
   the trace (``managers/scheduler_components/profiler_manager.py:340-363`` runs
   ``export_chrome_trace`` before replying).
