@@ -82,3 +82,17 @@ def test_committed_h200_profile_matches_its_traces():
     # the claim of the doc: eager verify's wall time is mostly host launch gaps, graph replays' is not
     assert rows["verify_eager_T3"]["host_gap_share_p50"] > 0.5 > rows["verify_graph_T3"]["host_gap_share_p50"]
     assert "eager verify (T=3)" in markdown_report(doc)
+
+
+def test_run_physics_adds_profile_summary(tmp_path):
+    pytest.importorskip("torch")
+    from lab.physics import run_physics
+
+    m = run_physics(dict(TINY, timed_iters=5), tmp_path, allow_cpu=True, figures=False, profile_iters=2,
+                    log=lambda s: None)
+    assert m["status"] == "ok" and m["profile"]["status"] == "ok"
+    case = m["profile"]["cases"]["verify_eager_T3"]
+    assert (tmp_path / "profile" / case["trace"]).exists() and case["T"] == 3 and case["graph"] is False
+    off = run_physics(dict(TINY, timed_iters=5), tmp_path / "off", allow_cpu=True, figures=False, profile_iters=0,
+                      log=lambda s: None)
+    assert "profile" not in off and not (tmp_path / "off" / "profile").exists()
