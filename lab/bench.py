@@ -264,6 +264,9 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     prompts = load_prompts(root / params.bench.dataset)
     for stale in ("metrics.json", "result.json", "requests.jsonl", "runs.json", "server.log", "ground_truth.jsonl"):
         (out / stale).unlink(missing_ok=True)
+    import shutil
+
+    shutil.rmtree(out / "profile", ignore_errors=True)  # an earlier bench.profile trace
     from lab.grouping import mode_run_name, pipeline_parent
 
     run = open_run(params, run_name=mode_run_name(params, mode_name), tags=run_tags(params, mode=mode_name),
@@ -358,6 +361,13 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                             recs, ngram_n=b.ngram_n, ngram_threshold=b.ngram_repeat_threshold,
                             degenerate_max_fraction=b.degenerate_max_fraction)
                         runs.append(summary)
+            if b.profile:  # torch-profiler trace via SGLang's /start_profile (lab/profiling/capture.py)
+                from lab.profiling.capture import capture_profile
+
+                result["profile"] = capture_profile(
+                    srv.base_url, out / "profile", mode=mode_name, modelled=params.engine == "emulator",
+                    texts=workload(prompts, b.profile_requests, b.seed + 20_000), max_new_tokens=b.profile_max_new_tokens,
+                    temperature=b.temperature, request_timeout_s=b.request_timeout_s, log=log)
         result["levels"] = {p: _aggregate(runs, c, p) for p, c in dict.fromkeys(
             (r["point"], r["concurrency"]) for r in runs)}
         if truth_path is not None and truth_path.exists():
@@ -436,6 +446,11 @@ def _finish_tracking(run: RunHandle, out: Path, result: dict[str, Any], status: 
         # The executed notebook is logged by lab.stage once papermill has written it.
         for name in ("metrics.json", "result.json", "runs.json", "requests.jsonl", "server.log", "ground_truth.jsonl"):
             run.log_artifact(out / name)
+        if (result.get("profile") or {}).get("trace"):  # Chrome trace: opens in ui.perfetto.dev
+            from lab.profiling.capture import profile_metrics
+
+            run.log_artifact(Path(result["profile"]["trace"]), "profile")
+            run.log_metrics(profile_metrics(result["profile"]))
         env_dir = out / "environment"
         for path in sorted(env_dir.glob("*")) if env_dir.is_dir() else []:
             run.log_artifact(path, "environment")

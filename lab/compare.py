@@ -208,6 +208,11 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     from lab import report
 
     summary["figures"].update(report.explain_figures(params, runs, summary, rep_dir / "figures"))
+    from lab.profiling.report import profile_section  # bench.profile traces, when captured
+
+    summary["profile"] = profile_section(results, rep_dir / "figures", baseline=baseline, caption=summary["caption"])
+    if summary["profile"] and summary["profile"]["figure"]:
+        summary["figures"]["verify_time_breakdown"] = summary["profile"]["figure"]
     _write_csv(summary["rows"], rep_dir / "summary.csv")
     from lab.atomic import write_text_atomic
 

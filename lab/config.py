@@ -208,6 +208,12 @@ class BenchParams(_Strict):
     # Per-request output lengths drawn uniformly from [L x (1 - spread), L] (the same draws
     # in every mode; lab.dataset.output_lengths); 0 = every request decodes exactly L.
     output_tokens_spread: float = Field(0.0, ge=0.0, lt=1.0)
+    # Profiler trace (lab/profiling/capture.py), off by default: after the measured levels,
+    # ``profile_requests`` requests of ``profile_max_new_tokens`` at concurrency 1 between
+    # SGLang's /start_profile and /stop_profile; per-step analysis in result.json and the report.
+    profile: bool = False
+    profile_requests: int = Field(2, ge=1)
+    profile_max_new_tokens: int = Field(16, ge=2)
 
     @field_validator("context_tokens")
     @classmethod

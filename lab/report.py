@@ -83,6 +83,11 @@ break-even accept length = (draft_ms + verify_ms) / decode_ms (Leviathan et al. 
 Transformers via Speculative Decoding"; EAGLE-3, Li et al. 2025).</p>
 <p>Per mode, at its lowest concurrency (comparison.json has every level):</p>
 <ul>{% for b in break_even %}<li>{{ b.explanation }}</li>{% else %}<li>No speculative mode with verify timings and a baseline.</li>{% endfor %}</ul>
+{% if profile %}<h2>Where the verify time goes (torch-profiler trace{% if profile.modelled %}, MODELLED by the emulator{% endif %})</h2>
+<p>GPU busy = union of kernel intervals; a host launch gap = GPU idle before a kernel the host had not yet launched
+(lab/profiling/trace.py). Traces: the <code>profile/</code> artifacts of each mode's MLflow run (open in ui.perfetto.dev).</p>
+<ul>{% for m, s in profile.sentences.items() %}<li>{{ s }}</li>{% endfor %}{% for m, st in profile.failed.items() %}<li>{{ m }}: profiling {{ st }}</li>{% endfor %}</ul>
+{{ profile_table | safe }}{% endif %}
 <h2>Summary (mean [95 % CI] over repeats; speedup: bootstrap 95 % CI)</h2>
 {{ table | safe }}
 <h2>Figures</h2>
@@ -135,6 +140,20 @@ def _config_html(params: LabParams, summary: dict[str, Any]) -> str:
     return pd.DataFrame(rows).to_html(index=False, escape=True, border=0)
 
 
+def _profile_html(profile: dict[str, Any] | None) -> str:
+    """The per-mode, per-step profiling table (lab.profiling.report.stage_rows), or ""."""
+    if not profile or not profile.get("rows"):
+        return ""
+    rows = [{"mode": r["mode"], "step": r["stage"], "n": r["n"], "wall ms": r["wall_ms_p50"],
+             "GPU busy ms": r["gpu_busy_ms_p50"], "idle share": r["idle_share_p50"],
+             "host launch gap share": r["host_gap_share_p50"], "kernels": r["kernels_p50"],
+             "eager launches": r["eager_launches_p50"], "graph replays": r["graph_launches_p50"],
+             "all-reduces": r["allreduce_count_p50"], "all-reduce ms": r["allreduce_ms_p50"],
+             "attention kernels per step": ", ".join(f"{k} x{v:g}" for k, v in r["attention_kernels"].items())}
+            for r in profile["rows"]]
+    return pd.DataFrame(rows).to_html(index=False, escape=True, border=0, float_format=lambda v: f"{v:.3g}")
+
+
 def _lowest_level(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One break-even entry per mode: its lowest concurrency (as in the figure)."""
     out: dict[str, dict[str, Any]] = {}
@@ -157,7 +176,8 @@ def write_report(params: LabParams, summary: dict[str, Any], path: Path) -> Path
         engine=html.escape(params.engine), caption=summary.get("caption", ""), notice=summary.get("notice"),
         warnings=summary.get("warnings") or {},
         break_even=_lowest_level(summary.get("break_even", [])), table=_summary_html(summary), figures=figures,
-        config_table=_config_html(params, summary))
+        config_table=_config_html(params, summary), profile=summary.get("profile"),
+        profile_table=_profile_html(summary.get("profile")))
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     tmp.replace(path)

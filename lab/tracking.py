@@ -214,6 +214,11 @@ def log_physics(params: LabParams, metrics: Mapping[str, Any], out_dir: str | os
         run.log_artifact(out / "metrics.json")
         for name in metrics.get("figures") or []:
             run.log_artifact(out / name, "figures")
+        prof = metrics.get("profile") or {}  # lab.physics.profile: traces (Perfetto), table, figure
+        for path in sorted(Path(prof["dir"]).glob("*")) if prof.get("dir") and Path(prof["dir"]).is_dir() else []:
+            run.log_artifact(path, "profile")
+        run.log_metrics({f"profile.{n}.{k}": v for n, c in (prof.get("cases") or {}).items() for k, v in c.items()
+                         if k.endswith("_p50") and isinstance(v, (int, float))})
         run.finish("FINISHED" if status == "ok" or status.startswith("not run") else "FAILED")
         return run.run_id
     except TrackingError as exc:

@@ -90,6 +90,7 @@ class Engine:
         self._pending_record: tuple | None = None
         self._thread = threading.Thread(target=self._run, name="emulator-engine", daemon=True)
         self.error: BaseException | None = None
+        self.tracer = None  # lab.emulator.trace.EmulatorProfiler while /start_profile is served
 
     # ----------------------------------------------------------------- control
     def start(self) -> None:
@@ -283,6 +284,8 @@ class Engine:
               "prefill_s": actual.get("extend", 0.0), "planned_s": planned, "tokens": tokens}
         self.iteration += 1
         self.truth.write(it)
+        if self.tracer is not None:  # /start_profile .. /stop_profile (lab/emulator/trace.py)
+            self.tracer.on_iteration(it, actual)
         for r in finished:
             self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
                               "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,

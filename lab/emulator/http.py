@@ -1,7 +1,8 @@
 """aiohttp front end of the emulator: SGLang 0.5.23's HTTP surfaces.
 
 Endpoints: ``GET /health``, ``/health_generate``, ``/server_info`` (and deprecated
-``/get_server_info``), ``/metrics``; ``POST /generate`` (SGLang native, SSE when
+``/get_server_info``), ``/metrics``; ``GET|POST /start_profile``, ``/stop_profile``
+(a modelled trace, :mod:`lab.emulator.trace`); ``POST /generate`` (SGLang native, SSE when
 ``stream``), ``POST /v1/chat/completions`` (OpenAI format; ``sglext.spec_tokens_details``
 when ``return_spec_tokens_details``). ``meta_info`` keys follow
 ``sglang/srt/managers/tokenizer_manager.py`` (``_calculate_spec_decoding_metrics``);
@@ -285,4 +286,7 @@ def build_app(state: AppState) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/generate", generate)
     app.router.add_post("/v1/chat/completions", chat_completions)
+    from lab.emulator.trace import add_profile_routes
+
+    add_profile_routes(app, STATE_KEY)  # /start_profile, /stop_profile
     return app

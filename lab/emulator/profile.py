@@ -92,6 +92,15 @@ class AcceptanceModel(_Strict):
     p_accept_per_draft_token: Num
 
 
+class KernelCounts(_Strict):
+    """MODELLED kernel counts per forward, for the emulator's profiler trace (lab/emulator/trace.py)."""
+
+    target_forward: Num
+    attention_per_target_forward: Num
+    allreduce_per_target_forward: Num
+    draft_forward: Num
+
+
 class CostProfile(_Strict):
     """A validated cost profile. Methods return seconds."""
 
@@ -105,6 +114,7 @@ class CostProfile(_Strict):
     acceptance: AcceptanceModel
     scheduler_overhead_ms: Num
     kv_capacity_tokens: Num
+    kernels: KernelCounts | None = None
 
     def prefill_s(self, num_new_tokens: int) -> float:
         """Cost (s) of one prefill (extend) forward over ``num_new_tokens`` prompt tokens."""

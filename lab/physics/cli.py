@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=sorted(DTYPE_BYTES), default=None, help="default bfloat16")
     p.add_argument("--cpu", action="store_true", help="without CUDA, run eager on the CPU (smoke test) instead of 'not run'")
     p.add_argument("--no-figures", dest="figures", action="store_false", help="skip the figures")
+    p.add_argument("--profile-iters", type=int, default=5,
+                   help="torch-profiler forwards per case after the timing (lab.physics.profile; 0: skip)")
     return p
 
 
@@ -75,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from lab.physics.run import run_physics
 
     ns = parse_args(argv)
-    m = run_physics(ns.config, ns.out, allow_cpu=ns.cpu, figures=ns.figures)
+    m = run_physics(ns.config, ns.out, allow_cpu=ns.cpu, figures=ns.figures, profile_iters=ns.profile_iters)
     rows = m.get("rows") or []
     if rows:
         print(f"{'T':>3} {'eager p50':>10} {'eager p90':>10} {'graph p50':>10} {'graph p90':>10} {'floor':>8}  (ms)")

@@ -88,8 +88,29 @@ def _remove_figures(out: Path) -> None:
         (out / name).unlink(missing_ok=True)
 
 
+def _profile(cfg: PhysicsConfig, out: Path, iters: int, allow_cpu: bool, log: Callable[[str], Any]) -> dict[str, Any]:
+    """Per-case summaries of :func:`lab.physics.profile.capture_profiles` (traces in ``out``)."""
+    if cfg.tp != 1:
+        return {"status": f"not run: the profiler capture runs at tp 1 (tp={cfg.tp})"}
+    try:
+        from lab.physics.profile import capture_profiles, plot_cases
+
+        res = capture_profiles(cfg, out, iters=iters, allow_cpu=allow_cpu, log=log)
+        if res.get("cases") and res.get("device", {}).get("type") == "cuda":
+            plot_cases(res, out / "profile.png")
+    except Exception as exc:  # noqa: BLE001 - the timing results above stand on their own
+        log(f"[physics] profiler capture failed: {type(exc).__name__}: {exc}")
+        return {"status": f"failed: {type(exc).__name__}: {exc}"[:500]}
+    return {"status": res["status"], "dir": str(out), "cases": {
+        n: {"T": c["T"], "graph": c["graph"], "trace": c["trace"], "unprofiled_wall_ms_p50": c["unprofiled_wall_ms_p50"],
+            **{k: c["summary"].get(k) for k in ("wall_ms_p50", "gpu_busy_ms_p50", "idle_share_p50",
+                                                 "host_gap_share_p50", "kernels_p50", "eager_launches_p50",
+                                                 "graph_launches_p50")}}
+        for n, c in res.get("cases", {}).items()}}
+
+
 def run_physics(params: PhysicsConfig | Mapping[str, Any], out_dir: str | Path, *, allow_cpu: bool = False,
-                figures: bool = True, log: Callable[[str], Any] = print) -> dict[str, Any]:
+                figures: bool = True, profile_iters: int = 5, log: Callable[[str], Any] = print) -> dict[str, Any]:
     """Measure eager vs CUDA-graph forwards for each T and write the results.
 
     :param params: a :class:`PhysicsConfig` or a mapping of its fields (``params.yaml``'s
@@ -100,6 +121,10 @@ def run_physics(params: PhysicsConfig | Mapping[str, Any], out_dir: str | Path, 
         of returning "not run" (a smoke test of the code path, labelled ``device.type=cpu``;
         use tiny shapes).
     :param figures: draw the figures (only for status ``ok``).
+    :param profile_iters: after a measured run at tp 1, capture ``profile_iters`` forwards per
+        case under torch.profiler (:mod:`lab.physics.profile`: T=1 graph and eager, T=3 eager
+        and graph) into ``<out_dir>/profile/``; its per-case summary goes to
+        ``metrics["profile"]`` (a failure there is recorded, not raised). 0 skips it.
     :returns: the metrics dict also written to ``metrics.json``:
         ``status`` (``"ok"``, ``"not run: torch not installed"``, ``"not run: no CUDA device"``,
         ``"not run: tp=N needs N CUDA devices, found M"``), ``what``, ``written_at`` (UTC),
@@ -165,6 +190,8 @@ def run_physics(params: PhysicsConfig | Mapping[str, Any], out_dir: str | Path, 
     )
     if "all_reduce_check" in res:
         metrics["all_reduce_check"] = res["all_reduce_check"]
+    if profile_iters > 0:
+        metrics["profile"] = _profile(cfg, out / "profile", profile_iters, allow_cpu, log)
     metrics["figures"] = []
     write_metrics(metrics, out)
     if figures:
