@@ -220,7 +220,25 @@ def _delta(before: PromSnapshot, after: PromSnapshot, name: str, **labels: Any) 
     return a - (before.value(name, **labels) or 0.0)
 
 
-def server_timing(before: str | PromSnapshot, after: str | PromSnapshot) -> dict[str, Any]:
+def _first_rank(before: PromSnapshot, after: PromSnapshot) -> dict[str, str]:
+    """``{"tp_rank": <lowest rank>}`` when the scrapes carry SGLang's ``tp_rank`` label, else {}.
+
+    Every TP rank's scheduler exports its own series (SGLang 0.5.23
+    ``observability/metrics_collector.py`` ~1383-1387: labels ``model_name``, ``engine_type``,
+    ``tp_rank``, ``pp_rank``, ``moe_ep_rank``), so a sum over ranks counts each decode
+    iteration ``tp_size`` times. One rank's series is the server's count.
+    """
+    ranks = set()
+    for snap in (before, after):
+        for name in (CUDA_GRAPH_PASSES, FORWARD_SECONDS):
+            ranks.update(snap.label_values(name, "tp_rank"))
+    if not ranks:
+        return {}
+    return {"tp_rank": min(ranks, key=lambda r: (not r.isdigit(), int(r) if r.isdigit() else 0, r))}
+
+
+def server_timing(before: str | PromSnapshot, after: str | PromSnapshot, *,
+                  speculative: bool | None = None) -> dict[str, Any]:
     """Server-side GPU time per decode iteration over a measured window (DESIGN.md).
 
     With ``Δ`` the difference of two ``/metrics`` scrapes and
@@ -229,8 +247,16 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot) -> dict
     ``metrics_collector.increment_decode_cuda_graph_pass``):
 
     - ``verify_ms`` = Δ forward_execution_seconds_total{category="target_verify"} * 1e3 / iters
-    - ``draft_ms`` = Δ (category eagle_draft + eagle_draft_extend) * 1e3 / iters
-    - ``decode_ms`` = Δ category "decode" * 1e3 / iters
+    - ``draft_ms`` = Δ (category eagle_draft + eagle_draft_extend) * 1e3 / iters; under
+      speculation Δ category "decode" is draft time too: an eager draft (graphs off, a batch
+      above the captured size, ``SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH``, an ungraphable draft
+      backend) is timed as ``decode`` and its draft-extend as ``extend``
+      (``speculative/eagle_worker_v2.py`` ~693-715, ~1182-1213;
+      ``model_executor/runner/eager_runner.py`` ~261, ~342-350). Eager draft-extend time is
+      mixed into ``extend`` with prefill and cannot be separated: ``draft_incomplete`` is True
+      when a speculative window ran eager decode iterations (``decode_none`` passes), since
+      its draft-extend then ran eagerly too.
+    - ``decode_ms`` = Δ category "decode" * 1e3 / iters (without speculation)
     - ``gpu_cycle_ms`` = sum of the available three; ``verify_share`` = verify_ms / gpu_cycle_ms
     - ``verify_graph_fraction`` = Δ decode_cuda_graph / iters
 
@@ -239,15 +265,25 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot) -> dict
     (``decode_cuda_graph_runner.py`` uses ``forward_mode.name.lower()``, ``eager_runner.py``
     "target_verify"/"extend"/"decode", ``eagle_draft*_cuda_graph_runner.py``).
 
+    Counts and times are one TP rank's (the lowest ``tp_rank`` present, see
+    :func:`_first_rank`): summing every rank's series would count each iteration ``tp_size``
+    times.
+
     :param before, after: ``/metrics`` texts (or parsed snapshots).
-    :returns: the keys above, ``decode_iterations`` and ``deltas`` (raw: ``forward_s`` by
-        category, ``decode_cuda_graph_passes``, ``decode_none_passes``).
+    :param speculative: whether the server ran speculation; None infers it from the presence
+        of a ``target_verify`` category.
+    :returns: the keys above, ``decode_iterations``, ``draft_incomplete`` and ``deltas`` (raw:
+        ``forward_s`` by category, ``decode_cuda_graph_passes``, ``decode_none_passes``,
+        ``tp_rank``).
     """
     b, a = _as_snapshot(before), _as_snapshot(after)
+    rank = _first_rank(b, a)
     categories = sorted(set(a.label_values(FORWARD_SECONDS, "category")))
-    forward_s = {c: _delta(b, a, FORWARD_SECONDS, category=c) for c in categories}
-    graph = _delta(b, a, CUDA_GRAPH_PASSES, mode="decode_cuda_graph")
-    eager = _delta(b, a, CUDA_GRAPH_PASSES, mode="decode_none")
+    forward_s = {c: _delta(b, a, FORWARD_SECONDS, category=c, **rank) for c in categories}
+    graph = _delta(b, a, CUDA_GRAPH_PASSES, mode="decode_cuda_graph", **rank)
+    eager = _delta(b, a, CUDA_GRAPH_PASSES, mode="decode_none", **rank)
+    if speculative is None:
+        speculative = "target_verify" in forward_s
     iters = None if graph is None and eager is None else (graph or 0.0) + (eager or 0.0)
 
     def per_iter_ms(*cats: str) -> float | None:
@@ -257,8 +293,12 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot) -> dict
         return sum(vals) * 1e3 / iters
 
     verify_ms = per_iter_ms("target_verify")
-    draft_ms = per_iter_ms("eagle_draft", "eagle_draft_extend")
-    decode_ms = per_iter_ms("decode")
+    if speculative:
+        draft_ms = per_iter_ms("eagle_draft", "eagle_draft_extend", "decode")
+        decode_ms = None
+    else:
+        draft_ms = per_iter_ms("eagle_draft", "eagle_draft_extend")
+        decode_ms = per_iter_ms("decode")
     parts = [v for v in (verify_ms, draft_ms, decode_ms) if v is not None]
     cycle = sum(parts) if parts else None
     return {
@@ -269,10 +309,12 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot) -> dict
         "verify_share": verify_ms / cycle if verify_ms is not None and cycle else None,
         "verify_graph_fraction": (graph or 0.0) / iters if iters else None,
         "decode_iterations": iters,
+        "draft_incomplete": bool(speculative and eager),
         "deltas": {
             "forward_s": forward_s,
             "decode_cuda_graph_passes": graph,
             "decode_none_passes": eager,
+            "tp_rank": rank.get("tp_rank"),
         },
     }
 

@@ -211,3 +211,38 @@ def test_summarize_run_all_failed():
     assert s["ok"] == 0 and s["not_sent"] == 1 and s["error_rate"] == 1.0
     assert s["p50_ttft_ms"] is None and s["accept_length"] is None and s["verify_ms"] is None
     assert s["output_tok_s"] == 0.0
+
+
+def _prom(rows: dict[tuple[str, str, int], float]) -> str:
+    """Exposition text with SGLang 0.5.23's scheduler labels (metrics_collector.py ~1383-1387)."""
+    out = []
+    for (name, lv, rank), v in rows.items():
+        key, val = lv.split("=")
+        out.append(f'{name}{{{key}="{val}",engine_type="unified",model_name="k",moe_ep_rank="0",pp_rank="0",'
+                   f'tp_rank="{rank}"}} {v}')
+    return "\n".join(out) + "\n"
+
+
+def test_server_timing_counts_one_tp_rank_and_books_eager_draft_as_draft():
+    """Issue 12 items 1 and 6: 8 TP ranks export identical series; an eager draft is
+    timed as ``decode`` (eagle_worker_v2.py ~693-715), which is draft time under speculation."""
+    FS, CG = "sglang:forward_execution_seconds_total", "sglang:cuda_graph_passes_total"
+    after = {}
+    for rank in range(8):
+        after.update({(FS, "category=target_verify", rank): 2.0, (FS, "category=eagle_draft", rank): 0.05,
+                      (FS, "category=eagle_draft_extend", rank): 0.03, (FS, "category=decode", rank): 0.2,
+                      (CG, "mode=decode_cuda_graph", rank): 80.0, (CG, "mode=decode_none", rank): 20.0})
+    st = server_timing("", _prom(after))
+    assert st["decode_iterations"] == 100.0  # not 800
+    assert st["verify_ms"] == pytest.approx(20.0)
+    assert st["draft_ms"] == pytest.approx((0.05 + 0.03 + 0.2) * 10)  # eager draft steps included
+    assert st["decode_ms"] is None
+    assert st["gpu_cycle_ms"] == pytest.approx(22.8)
+    assert st["draft_incomplete"] is True  # eager draft-extend hides in "extend"
+    assert st["deltas"]["tp_rank"] == "0"
+    graphed = {k: v for k, v in after.items() if "decode_none" not in k[1] and "category=decode" != k[1]}
+    st2 = server_timing("", _prom(graphed))
+    assert st2["draft_incomplete"] is False and st2["draft_ms"] == pytest.approx(0.8 / 0.8)
+    base = {(FS, "category=decode", r): 1.2 for r in range(8)} | {(CG, "mode=decode_cuda_graph", r): 100.0 for r in range(8)}
+    b = server_timing("", _prom(base))
+    assert b["decode_ms"] == pytest.approx(12.0) and b["draft_ms"] is None and b["decode_iterations"] == 100.0

@@ -116,10 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     truth = TruthWriter(args.ground_truth_file)
     truth.write({"kind": "header", "profile": {**profile.model_dump(), "path": str(profile_path)},
                  "argv": redact_argv(argv), "pid": os.getpid(), "server_args": args.to_dict()}, flush=True)
-    metrics = EmulatorMetrics(args.served_model_name, _env_bool("SGLANG_ENABLE_METRICS_DEVICE_TIMER"))
+    metrics = EmulatorMetrics(args.served_model_name, _env_bool("SGLANG_ENABLE_METRICS_DEVICE_TIMER"), args.tp_size)
     log_startup(log, args.emulator_startup_delay_s, speculative=args.is_speculative, graph_bs=args.cuda_graph_bs_decode,
                 disable_cuda_graph=args.disable_cuda_graph, backend="full",
-                num_tokens_per_req=args.speculative_num_draft_tokens or 1)
+                num_tokens_per_req=args.speculative_num_draft_tokens or 1,
+                verify_graph=not args.is_speculative or profile.verify_graph_captured(args.speculative_attention_mode))
     faults.on_loaded(log)
     try:
         asyncio.run(_serve(args, profile, profile_path, truth, metrics, log, faults))

@@ -51,6 +51,14 @@ def wait_until(deadline: float) -> None:
             time.sleep(rem - SPIN_S)
 
 
+def _merge(phases: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Phases in order, with a category's seconds summed if it repeats (one booking per category)."""
+    out: dict[str, float] = {}
+    for cat, sec in phases:
+        out[cat] = out.get(cat, 0.0) + sec
+    return list(out.items())
+
+
 class Engine:
     """The scheduler + fake model runner.
 
@@ -72,6 +80,9 @@ class Engine:
             self.accept = AcceptanceModel(profile.p_accept, args.speculative_num_steps or 1, args.speculative_eagle_topk or 1,
                                           args.speculative_num_draft_tokens or 2, simulate_acc_len, self.rng)
         self.record_step_time = record_step_time
+        # SGLang env: draft-extend runs eagerly (booked as "extend") even when graphs are on.
+        self.disable_draft_extend_graph = os.environ.get("SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH", "").lower() in (
+            "1", "true", "yes")
         self.step_time_dict: dict[int, list[float]] = collections.defaultdict(list)
         self._inbox: collections.deque[Request] = collections.deque()
         self._cond = threading.Condition()
@@ -115,6 +126,19 @@ class Engine:
     def avg_spec_accept_length(self) -> float | None:
         """Lifetime mean accept length (tokens per request per cycle), like SGLang's."""
         return self.total_accept_tokens / self.total_accept_forward_ct if self.total_accept_forward_ct else None
+
+    def _draw_grants(self, batch: list[Request]) -> dict[Request, int]:
+        """Accept lengths for one speculative cycle.
+
+        ``SGLANG_SIMULATE_ACC_LEN``: one draw for the whole batch per step, like SGLang
+        (``speculative/spec_utils.py`` ~505-559). Otherwise each request's draw is a function
+        of (``--random-seed``, prompt, repeat, position) (:meth:`AcceptanceModel.draw_keyed`),
+        so every mode sees the same accept lengths whatever the warm-up length or batch order.
+        """
+        if self.accept.simulate is not None:
+            n = self.accept.draw()
+            return {r: n for r in batch}
+        return {r: self.accept.draw_keyed(r.accept_key, r.completion_tokens) for r in batch}
 
     # ----------------------------------------------------------------- loop
     def _run(self) -> None:
@@ -205,9 +229,15 @@ class Engine:
                 graph = graph_ok and prof.verify_graph_captured(a.speculative_attention_mode)
                 d_s, e_s = prof.draft_parts_s(b, a.speculative_num_steps or 1)
                 v_s = prof.verify_s(b, a.speculative_num_draft_tokens or 2, kv, a.speculative_attention_mode, graph)
-                phases = [("eagle_draft", d_s), ("target_verify", v_s), ("eagle_draft_extend", e_s)]
-                grants = {r: self.accept.draw() for r in batch}
+                # SGLang's device-timer booking: a graph-replayed draft is "eagle_draft" /
+                # "eagle_draft_extend"; an eager one runs through eager_runner and is booked as
+                # "decode" / "extend" (eagle_worker_v2.py ~693-715, ~1182-1213; eager_runner.py
+                # ~261, ~342-350). Draft graphs follow the batch limit and --disable-cuda-graph.
+                phases = [("eagle_draft" if graph_ok else "decode", d_s), ("target_verify", v_s),
+                          ("eagle_draft_extend" if graph_ok and not self.disable_draft_extend_graph else "extend", e_s)]
+                grants = self._draw_grants(batch)
         planned = prof.overhead_s + sum(s for _, s in phases)
+        phases = _merge(phases)
         # --- timed phases. The scheduler-overhead phase [start, start + overhead) absorbs the
         # previous iteration's bookkeeping; if that overran, the forward phases still get
         # their full planned durations (the iteration grows, and the ground truth shows it).
@@ -277,10 +307,15 @@ class Engine:
                 running: int, ntok: int, queue: int) -> None:
         """Ground truth, metrics and log lines of one finished iteration."""
         a = self.args
+        if kind == "spec":  # eager draft phases are booked as decode/extend, but are draft time
+            draft_s = sum(actual.get(c, 0.0) for c in ("eagle_draft", "eagle_draft_extend", "decode", "extend"))
+            decode_s = prefill_s = 0.0
+        else:
+            draft_s, decode_s, prefill_s = 0.0, actual.get("decode", 0.0), actual.get("extend", 0.0)
         it = {"kind": kind, "i": self.iteration, "start": start, "end": end, "batch": batch, "graph": graph,
-              "draft_s": actual.get("eagle_draft", 0.0) + actual.get("eagle_draft_extend", 0.0),
-              "verify_s": actual.get("target_verify", 0.0), "decode_s": actual.get("decode", 0.0),
-              "prefill_s": actual.get("extend", 0.0), "planned_s": planned, "tokens": tokens}
+              "draft_s": draft_s, "verify_s": actual.get("target_verify", 0.0), "decode_s": decode_s,
+              "prefill_s": prefill_s, "planned_s": planned, "tokens": tokens,
+              "booked_s": {c: round(v, 9) for c, v in actual.items()}}
         self.iteration += 1
         self.truth.write(it)
         for r in finished:

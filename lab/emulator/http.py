@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import logging
 import math
+import re
 import time
 import uuid
 from pathlib import Path
@@ -97,9 +99,27 @@ def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
-def _submit(st: AppState, rid: str | None, prompt_tokens: int, max_new_tokens: int, stream: bool) -> Request:
+_LAB_RID = re.compile(r"-r(?P<repeat>\d+)-(?P<index>\d+)$")
+
+
+def accept_key(seed: int, prompt: Any, rid: str | None) -> str:
+    """The key of a request's acceptance draws: (``--random-seed``, prompt, repeat, index).
+
+    ``repeat`` and ``index`` (the request's place in its repeat) come from the lab's request
+    ids ``<mode>-<point>-r<repeat>-<index>`` (``lab/bench.py``); the mode name is left out, so
+    every mode streams the same prompts with the same draws. Other ids: repeat = index = 0.
+    """
+    m = _LAB_RID.search(rid or "")
+    rep, idx = (m["repeat"], m["index"]) if m else ("0", "0")
+    digest = hashlib.blake2b(json.dumps(prompt, sort_keys=True).encode(), digest_size=8).hexdigest()
+    return f"{seed}|{digest}|{rep}|{idx}"
+
+
+def _submit(st: AppState, rid: str | None, prompt_tokens: int, max_new_tokens: int, stream: bool,
+            prompt: Any = None) -> Request:
     req = Request(rid=rid or uuid.uuid4().hex, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
-                  stream=stream, sink=asyncio.Queue(), loop=st.args.emulator_output == "loop")
+                  stream=stream, sink=asyncio.Queue(), loop=st.args.emulator_output == "loop",
+                  accept_key=accept_key(st.args.random_seed, prompt, rid))
     st.engine.submit(req)
     return req
 
@@ -148,7 +168,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if (status := st.faults.on_generate(logging.getLogger("sglang"))) is not None:
         return web.json_response({"error": {"message": "Internal server error (injected fault http500-every)",
                                             "type": "InternalServerError", "code": status}}, status=status)
-    req = _submit(st, body.get("rid"), prompt_tokens, max_new, stream)
+    req = _submit(st, body.get("rid"), prompt_tokens, max_new, stream, prompt=ids if ids is not None else text)
     if not stream:
         async for ev in _events(req):
             last = ev
@@ -189,7 +209,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     max_new = int(body.get("max_completion_tokens") or body.get("max_tokens") or 128)
     stream = bool(body.get("stream", False))
     want_spec = bool(body.get("return_spec_tokens_details", False))
-    req = _submit(st, body.get("rid"), _prompt_tokens_from_text(prompt), max_new, stream)
+    req = _submit(st, body.get("rid"), _prompt_tokens_from_text(prompt), max_new, stream, prompt=prompt)
     cid, created, model = f"chatcmpl-{req.rid}", int(time.time()), st.args.served_model_name
 
     def sglext(meta: dict) -> dict | None:

@@ -1,7 +1,12 @@
 """Prometheus metrics with SGLang 0.5.23's names (``sglang/srt/observability/metrics_collector.py``).
 
-Own ``CollectorRegistry`` (no process/platform collectors). Label ``model_name`` like
-SGLang's ``SchedulerMetricsCollector``; ``prompt_tokens_total`` and
+Own ``CollectorRegistry`` (no process/platform collectors). Labels like SGLang's
+``SchedulerMetricsCollector.init_new`` (``metrics_collector.py`` ~1383-1387: ``model_name``,
+``engine_type``, ``tp_rank``, ``pp_rank``, ``moe_ep_rank``). Forward-pass counters
+(``cuda_graph_passes_total``, gated only by ``enable_metrics`` in
+``batch_result_processor.py`` ~993) and device-timer seconds are exported once per TP rank,
+as every rank's scheduler does; request counters and queue gauges by rank 0 only (the
+stats-logging rank, ``metrics_collector.py`` ~1361-1367); ``prompt_tokens_total`` and
 ``generation_tokens_total`` also carry ``is_streaming`` and are incremented when a request
 finishes (``observe_one_finished_request``). ``forward_execution_seconds_total`` is only
 fed when ``SGLANG_ENABLE_METRICS_DEVICE_TIMER=1``, like SGLang.
@@ -20,11 +25,13 @@ FORWARD_CATEGORIES = ("extend", "decode", "target_verify", "eagle_draft", "eagle
 class EmulatorMetrics:
     """Counters and gauges; safe to update from the engine thread."""
 
-    def __init__(self, model_name: str, device_timer: bool) -> None:
+    def __init__(self, model_name: str, device_timer: bool, tp_size: int = 1) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.labels = {"model_name": model_name}
+        self.rank_labels = [{"model_name": model_name, "engine_type": "unified", "tp_rank": str(r), "pp_rank": "0",
+                             "moe_ep_rank": "0"} for r in range(max(1, tp_size))]
+        self.labels = self.rank_labels[0]
         self.device_timer = device_timer
-        ln = ["model_name"]
+        ln = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
         r = self.registry
         self.num_running_reqs = Gauge("sglang:num_running_reqs", "The number of running requests.", ln, registry=r)
         self.num_queue_reqs = Gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", ln, registry=r)
@@ -43,12 +50,14 @@ class EmulatorMetrics:
         self.num_queue_reqs.labels(**self.labels).set(0)
         # children cached: the engine thread updates them every iteration
         self._passes = {
-            (dec, g): self.cuda_graph_passes_total.labels(**self.labels, mode=("decode_" if dec else "prefill_") + ("cuda_graph" if g else "none"))
+            (dec, g): [self.cuda_graph_passes_total.labels(**lab, mode=("decode_" if dec else "prefill_") + ("cuda_graph" if g else "none"))
+                       for lab in self.rank_labels]
             for dec in (True, False) for g in (True, False)
         }
         self._fwd = {}
         if device_timer:
-            self._fwd = {c: self.forward_execution_seconds_total.labels(**self.labels, category=c) for c in FORWARD_CATEGORIES}
+            self._fwd = {c: [self.forward_execution_seconds_total.labels(**lab, category=c) for lab in self.rank_labels]
+                         for c in FORWARD_CATEGORIES}
         self._running = self.num_running_reqs.labels(**self.labels)
         self._queued = self.num_queue_reqs.labels(**self.labels)
 
@@ -56,8 +65,10 @@ class EmulatorMetrics:
         """One iteration: ``phases`` = {category: actual seconds}; one graph pass counted."""
         if self.device_timer:
             for cat, s in phases.items():
-                self._fwd[cat].inc(s)
-        self._passes[(is_decode, graph)].inc()
+                for child in self._fwd[cat]:
+                    child.inc(s)
+        for child in self._passes[(is_decode, graph)]:
+            child.inc()
 
     def on_finish(self, prompt_tokens: int, completion_tokens: int, spec_verify_ct: int, streaming: bool) -> None:
         """One finished request (SGLang ``observe_one_finished_request``)."""

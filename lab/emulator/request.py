@@ -58,6 +58,7 @@ class Request:
     finished: bool = False
     aborted: bool = False  # set by the HTTP layer when the client went away
     loop: bool = False  # generate LOOP_PHRASE repeatedly instead of random words
+    accept_key: str = ""  # key of this request's acceptance draws (lab.emulator.http.accept_key)
     _rng: random.Random | None = None
 
     def add_tokens(self, n: int, seed: int) -> None:

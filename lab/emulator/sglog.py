@@ -55,14 +55,24 @@ def prefill_batch_line(*, new_seq: int, new_token: int, token_usage: float, runn
 
 
 def startup_lines(*, speculative: bool, graph_bs: list[int], disable_cuda_graph: bool, backend: str,
-                  num_tokens_per_req: int, num_shards: int = 64) -> list[tuple[float, str]]:
-    """Startup log lines as ``(fraction of the startup delay at which to log, message)``."""
+                  num_tokens_per_req: int, num_shards: int = 64, verify_graph: bool = True) -> list[tuple[float, str]]:
+    """Startup log lines as ``(fraction of the startup delay at which to log, message)``.
+
+    ``verify_graph`` False (a profile whose verify runs eagerly in this attention mode, e.g.
+    the seeds' older build in prefill mode): no "Capture target verify CUDA graph" lines,
+    only the draft's ("Capture draft decode CUDA graph", ``speculative/eagle_worker_v2.py``
+    ~515-537), since the emulator then never replays a verify graph.
+    """
     lines: list[tuple[float, str]] = [(0.0, "Load weight begin. avail mem=139.31 GB")]
     for k in range(1, 5):
         n = num_shards * k // 4
         lines.append((0.15 * k, f"Loading safetensors checkpoint shards: {100 * n // num_shards:3d}% Completed | {n}/{num_shards} [00:00<00:00, emulated]"))
     lines.append((0.62, "Load weight end. elapsed=0.00 s, type=DeepseekV3ForCausalLM, avail mem=63.20 GB, mem usage=76.11 GB."))
-    if not disable_cuda_graph:
+    if not disable_cuda_graph and speculative and not verify_graph:
+        lines.append((0.7, f"Capture draft decode CUDA graph begin. backend={backend}, num_tokens_per_req=1, "
+                           f"bs={graph_bs}, avail mem=20.10 GB"))
+        lines.append((0.95, "Capture draft decode CUDA graph end. elapsed=0.00 s, mem usage=0.20 GB, avail mem=19.90 GB."))
+    elif not disable_cuda_graph:
         name = "target verify" if speculative else "target decode"
         lines.append((0.7, f"Capture {name} CUDA graph begin. backend={backend}, num_tokens_per_req={num_tokens_per_req}, avail mem=20.10 GB"))
         lines.append((0.95, f"Capture {name} CUDA graph end. bs={graph_bs}, elapsed=0.00 s, mem usage=1.20 GB, avail mem=18.90 GB."))
