@@ -20,7 +20,7 @@ from aiohttp import web
 from lab.emulator.args import parse_args
 from lab.emulator.engine import Engine
 from lab.emulator.faults import FaultError, Faults, parse_faults
-from lab.emulator.http import AppState, build_app, dispatch_events
+from lab.emulator.http import SGLANG_VERSION, AppState, build_app, dispatch_events, reported_version
 from lab.emulator.metrics import EmulatorMetrics
 from lab.emulator.profile import ProfileError, load_profile
 from lab.emulator.sglog import log_startup, setup_logging
@@ -112,13 +112,15 @@ def main(argv: list[str] | None = None) -> int:
         log.error(str(exc))
         return 2
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    log.info(f"engine=emulator profile={profile.name} v{profile.version} ({profile_path}); no GPU is used")
+    log.info(f"engine=emulator profile={profile.name} v{profile.version} ({profile_path}); no GPU is used; "
+             f"timing models SGLang build {profile.models_build.label!r} (reported version "
+             f"{reported_version(profile)!r}); HTTP surfaces of SGLang {SGLANG_VERSION}")
     truth = TruthWriter(args.ground_truth_file)
     truth.write({"kind": "header", "profile": {**profile.model_dump(), "path": str(profile_path)},
                  "argv": redact_argv(argv), "pid": os.getpid(), "server_args": args.to_dict()}, flush=True)
     metrics = EmulatorMetrics(args.served_model_name, _env_bool("SGLANG_ENABLE_METRICS_DEVICE_TIMER"), args.tp_size)
-    log_startup(log, args.emulator_startup_delay_s, speculative=args.is_speculative, graph_bs=args.cuda_graph_bs_decode,
-                disable_cuda_graph=args.disable_cuda_graph, backend="full",
+    log_startup(log, args.emulator_startup_delay_s, speculative=args.is_speculative, graph_bs=args.decode_graph_bs,
+                disable_cuda_graph=not args.decode_graph_bs, backend=args.cuda_graph_config["decode"]["backend"],
                 num_tokens_per_req=args.speculative_num_draft_tokens or 1,
                 verify_graph=not args.is_speculative or profile.verify_graph_captured(args.speculative_attention_mode))
     faults.on_loaded(log)

@@ -80,6 +80,7 @@ class Engine:
             self.accept = AcceptanceModel(profile.p_accept, args.speculative_num_steps or 1, args.speculative_eagle_topk or 1,
                                           args.speculative_num_draft_tokens or 2, simulate_acc_len, self.rng)
         self.record_step_time = record_step_time
+        self.graph_bs = sorted(args.decode_graph_bs)  # a batch up to the largest replays a (padded) graph
         # SGLang env: draft-extend runs eagerly (booked as "extend") even when graphs are on.
         self.disable_draft_extend_graph = os.environ.get("SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH", "").lower() in (
             "1", "true", "yes")
@@ -219,7 +220,7 @@ class Engine:
         else:
             batch = self.running
             b, kv = len(batch), self._kv_tokens(batch)
-            graph_ok = not a.disable_cuda_graph and b <= a.cuda_graph_max_bs_decode
+            graph_ok = bool(self.graph_bs) and b <= self.graph_bs[-1]
             if self.accept is None:
                 kind, graph = "decode", graph_ok
                 phases = [("decode", prof.decode_s(b, kv, graph))]

@@ -33,9 +33,16 @@ from lab.emulator.request import Request
 from lab.emulator.metrics import CONTENT_TYPE_LATEST, EmulatorMetrics
 from lab.emulator.profile import CostProfile
 
-__all__ = ["AppState", "build_app", "dispatch_events", "SGLANG_VERSION"]
+__all__ = ["AppState", "build_app", "dispatch_events", "SGLANG_VERSION", "reported_version", "accept_key"]
 
-SGLANG_VERSION = "0.5.23"  # the SGLang build whose surfaces are emulated
+SGLANG_VERSION = "0.5.23"  # the SGLang build whose HTTP surfaces (formats) are emulated
+
+
+def reported_version(profile: CostProfile) -> str:
+    """``/server_info`` ``version``: the modelled build's SGLang version when the profile's
+    timing is faithful to one, else its label (never "0.5.23" for a build that runs
+    differently: the default profile models the seeds' older build)."""
+    return profile.models_build.sglang_version or profile.models_build.label
 STATE_KEY = web.AppKey("emulator_state", object)
 
 
@@ -280,8 +287,9 @@ def server_info_dict(st: AppState) -> dict[str, Any]:
                 break
             except RuntimeError:
                 continue
-    info.update({"startup_time": st.startup_time, "internal_states": [internal], "version": SGLANG_VERSION,
-                 "frontend": "python"})
+    info.update({"startup_time": st.startup_time, "internal_states": [internal], "version": reported_version(st.profile),
+                 "emulator_models_build": st.profile.models_build.label,
+                 "emulator_surfaces_version": SGLANG_VERSION, "frontend": "python"})
     return info
 
 
