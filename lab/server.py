@@ -62,6 +62,11 @@ MODE_FLAGS: dict[str, str] = {
 BASE_ENV = {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1", "SGLANG_RECORD_STEP_TIME": "1"}
 
 
+#: Read timeout of the confirming ``/health`` (SGLang answers within its 20 s
+#: ``SGLANG_HEALTH_CHECK_TIMEOUT``, ``entrypoints/http_server.py:218``).
+HEALTH_TIMEOUT_S = 30.0
+
+
 class ServerError(RuntimeError):
     """The engine could not be started, became unready, or its port is taken.
 
@@ -248,17 +253,25 @@ def stop_stale_servers(state_dir: Path | None = None, *, log=print) -> list[int]
     """
     stopped = []
     for rec_path in sorted((state_dir or _state_dir()).glob("*.json")):
+        leader_gone = False
         try:
             rec = json.loads(rec_path.read_text())
             proc = psutil.Process(rec["pid"])
             same = abs(proc.create_time() - rec["create_time"]) < 1.0 and proc.cmdline() == rec["argv"]
-        except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError, KeyError, OSError):
+        except psutil.NoSuchProcess:
+            same, leader_gone = False, True
+        except (psutil.AccessDenied, ValueError, KeyError, OSError):
             same = False
-        if same and _owner_alive(rec):
-            continue  # a live run's engine: not stale
-        if same:
+        if (same or leader_gone) and _owner_alive(rec):
+            continue  # a live run's engine: not stale (its own stop() handles the group)
+        # The leader exited but a child of its group lives on (an SGLang crash leaves
+        # exactly that: a scheduler stuck in a CUDA call). Linux does not reuse a pid while a
+        # process group of that id exists, so the group's members are the recorded engine's.
+        orphans = leader_gone and _group_alive(rec["pgid"])
+        if same or orphans:
+            why = "owner" if same else "leader exited, a child lives on; owner"
             log(f"[lab] stopping stale engine process group {rec['pgid']} left by an earlier run "
-                f"(owner pid {rec.get('owner_pid')} is gone; port {rec.get('port')})")
+                f"({why} pid {rec.get('owner_pid')} is gone; port {rec.get('port')})")
             _kill_group(rec["pgid"], grace_s=10.0)
             stopped.append(rec["pgid"])
         rec_path.unlink(missing_ok=True)
@@ -307,9 +320,12 @@ def _kill_group(pgid: int, grace_s: float) -> bool:
 
 
 def log_tail(path: Path, n: int = 40) -> str:
-    """The last ``n`` lines of a log file ('' if absent)."""
+    """The last ``n`` lines of a log file ('' if absent), secret values of the environment
+    scrubbed (the tail goes into error messages, notebook outputs and result files)."""
+    from lab.redact import scrub_secrets
+
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+        return scrub_secrets("\n".join(path.read_text(errors="replace").splitlines()[-n:]))
     except OSError:
         return ""
 
@@ -375,8 +391,29 @@ class ServerProcess:
         """True while the leader process has not exited."""
         return self.proc is not None and self.proc.poll() is None
 
+    def _probe(self) -> bool:
+        """One readiness probe. SGLang 0.5.23's ``/ready`` is cheap; its ``/health`` runs a
+        one-token generation and answers after >= 1 s (``http_server.py`` ~714-800), up to
+        ``SGLANG_HEALTH_CHECK_TIMEOUT`` (20 s). So: poll ``/ready``, and once it says 200
+        confirm with one ``/health`` (timeout 30 s) that a generation goes through. An engine
+        without ``/ready`` (404: an older build) is probed with ``/health`` alone."""
+        try:
+            with urllib.request.urlopen(self.base_url + "/ready", timeout=5) as resp:
+                if resp.status != 200:
+                    return False
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                return False
+        except (urllib.error.URLError, OSError):
+            return False
+        try:
+            with urllib.request.urlopen(self.base_url + "/health", timeout=HEALTH_TIMEOUT_S) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
     def wait_ready(self, timeout_s: float, *, poll_s: float = 0.25, on_poll=None) -> float:
-        """Block until ``GET /health`` answers 200; returns seconds since start.
+        """Block until the engine is ready (:meth:`_probe`); returns seconds since start.
 
         :param on_poll: called with the elapsed seconds on every poll (progress display).
         :raises ServerError: the process exited (message holds the log tail) or the
@@ -391,12 +428,8 @@ class ServerProcess:
                     f"engine exited with code {self.proc.returncode} after {elapsed:.1f} s before "
                     f"becoming ready. Log tail ({self.log_path}):\n{log_tail(self.log_path)}"
                 )
-            try:
-                with urllib.request.urlopen(self.base_url + "/health", timeout=5) as resp:
-                    if resp.status == 200:
-                        return elapsed
-            except (urllib.error.URLError, OSError):
-                pass
+            if self._probe():
+                return elapsed
             if on_poll is not None:
                 on_poll(elapsed)
             if time.perf_counter() > deadline:
@@ -427,17 +460,17 @@ class ServerProcess:
         self._redact_log()
 
     def _redact_log(self) -> None:
-        """Scrub secret values (secret-named env variables, ``--api-key``-like flags) that
-        the engine itself printed (SGLang logs its server args) from ``server.log``, which
+        """Scrub secret values (secret-named variables of the lab's environment and of the
+        engine's added env, ``--api-key``-like flags) that the engine itself printed (SGLang logs its server args) from ``server.log``, which
         becomes an MLflow artifact."""
-        from lab.redact import argv_secrets, redact_text
+        from lab.redact import argv_secrets, scrub_secrets
 
-        secrets = {**self.command.env, **argv_secrets(self.command.argv)}
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return
-        clean = redact_text(text, secrets)
+        # the lab's environment too: HF_TOKEN exported in the shell reaches the engine
+        clean = scrub_secrets(text, self.command.env, argv_secrets(self.command.argv))
         if clean != text:
             tmp = self.log_path.with_name(f".{self.log_path.name}.tmp")
             tmp.write_text(clean)

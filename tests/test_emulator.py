@@ -199,7 +199,7 @@ class Server:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"emulator exited {self.proc.returncode}: {self.log_path.read_text()}")
                 try:
-                    async with s.get(self.url + "/health") as r:
+                    async with s.get(self.url + "/ready") as r:
                         if r.status == 200:
                             return
                 except aiohttp.ClientError:

@@ -23,6 +23,7 @@ from lab.emulator.faults import FaultError, Faults, parse_faults
 from lab.emulator.http import SGLANG_VERSION, AppState, build_app, dispatch_events, reported_version
 from lab.emulator.metrics import EmulatorMetrics
 from lab.emulator.profile import ProfileError, load_profile
+from lab.emulator.proctree import CHILD_NAMES, spawn_children
 from lab.emulator.sglog import log_startup, setup_logging
 from lab.emulator.truth import TruthWriter
 from lab.redact import redact_argv
@@ -105,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     except FaultError as exc:
         log.error(str(exc))
         return 2
+    # SGLang's process tree (scheduler per TP rank + detokenizer), forked before any thread
+    children = spawn_children(args.tp_size, orphan_rank0=faults.orphan_child)
+    log.info(f"emulator process tree: launcher pid {os.getpid()}, children {children} "
+             f"({', '.join(CHILD_NAMES(args.tp_size))}) in process group {os.getpgid(0)}")
     faults.on_process_start(log)
     try:
         profile, profile_path = load_profile(args.emulator_profile)

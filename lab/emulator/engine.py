@@ -197,6 +197,8 @@ class Engine:
         self.waiting = collections.deque(r for r in self.waiting if not r.aborted)
         self.running = [r for r in self.running if not r.aborted]
         for r in gone:
+            if r.internal:
+                continue
             self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
                               "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,
                               "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct,
@@ -282,7 +284,8 @@ class Engine:
             if r.first_token is None:
                 r.first_token = end
             r.last_token = end
-            tokens[r.rid] = n
+            if not r.internal:  # /health probes stay out of the ground truth
+                tokens[r.rid] = n
             done = r.completion_tokens >= r.max_new_tokens
             if done:
                 r.finished = True
@@ -320,6 +323,8 @@ class Engine:
         self.iteration += 1
         self.truth.write(it)
         for r in finished:
+            if r.internal:
+                continue
             self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
                               "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,
                               "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct,

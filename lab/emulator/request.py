@@ -59,6 +59,7 @@ class Request:
     aborted: bool = False  # set by the HTTP layer when the client went away
     loop: bool = False  # generate LOOP_PHRASE repeatedly instead of random words
     accept_key: str = ""  # key of this request's acceptance draws (lab.emulator.http.accept_key)
+    internal: bool = False  # a /health probe: not in metrics nor ground truth (SGLang log_metrics=False)
     _rng: random.Random | None = None
 
     def add_tokens(self, n: int, seed: int) -> None:
