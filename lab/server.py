@@ -339,10 +339,14 @@ class ServerProcess:
     :param command: from :func:`build_server_command`.
     :param log_path: stdout+stderr of the engine (``results/<mode>/server.log``).
     :param stop_grace_s: seconds between SIGTERM and SIGKILL.
+    :param nvml: NVML module for the GPU-memory wait (tests inject a fake; default pynvml).
+    :param gpu_free_timeout_s: how long a GPU engine's launch waits for the previous engine's
+        GPU memory (:mod:`lab.gpumem`).
     """
 
     def __init__(self, command: ServerCommand, log_path: str | os.PathLike[str], *,
-                 stop_grace_s: float = 20.0, state_dir: Path | None = None) -> None:
+                 stop_grace_s: float = 20.0, state_dir: Path | None = None, nvml=None,
+                 gpu_free_timeout_s: float = 120.0) -> None:
         self.command = command
         self.log_path = Path(log_path)
         self.stop_grace_s = stop_grace_s
@@ -351,15 +355,46 @@ class ServerProcess:
         self.proc: psutil.Popen | None = None
         self.started_at: float | None = None
         self.killed = False  # True once stop() needed SIGKILL
+        self.nvml = nvml  # NVML module (tests inject a fake); None: pynvml
+        self.gpu_free_timeout_s = gpu_free_timeout_s
+        self._gpu_baseline: list[int] | None = None
 
     @property
     def base_url(self) -> str:
         return self.command.base_url
 
+    def _gpu_state(self) -> Path:
+        return self.state_dir / "last_gpu_engine.state"  # not *.json: those are group records
+
+    def _wait_previous_gpu_memory(self) -> None:
+        """On a GPU engine: wait until NVML shows the previous engine's memory freed
+        (:mod:`lab.gpumem`); raises :class:`ServerError` naming the GPU if it is not."""
+        from lab.gpumem import GpuMemoryNotFreed, gpu_snapshot, wait_gpu_memory_freed
+
+        state = self._gpu_state()
+        try:
+            prev = json.loads(state.read_text())
+        except (OSError, ValueError):
+            prev = None
+        if prev:
+            try:
+                waited = wait_gpu_memory_freed(prev.get("pids", []), prev.get("baseline_used"), nvml=self.nvml,
+                                               timeout_s=self.gpu_free_timeout_s)
+            except GpuMemoryNotFreed as exc:
+                raise ServerError(str(exc)) from None
+            if waited > 1.0:
+                print(f"[lab] waited {waited:.1f} s for the previous engine's GPU memory to be freed", file=sys.stderr)
+            state.unlink(missing_ok=True)
+        snap = gpu_snapshot(self.nvml)
+        self._gpu_baseline = snap["used_bytes"] if snap else None
+
     def start(self) -> "ServerProcess":
-        """Launch the engine; raises :class:`ServerError` if its port is already taken."""
+        """Launch the engine; raises :class:`ServerError` if its port is already taken or
+        (GPU engine) the previous engine's GPU memory is not freed in time."""
         stop_stale_servers(self.state_dir)
         check_port_free(self.command.host, self.command.port)
+        if self.command.engine == "sglang":
+            self._wait_previous_gpu_memory()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.command.env, "PYTHONUNBUFFERED": "1"}
         warning = exposure_warning(self.command.host)
@@ -444,6 +479,18 @@ class ServerProcess:
         """Stop the whole process group (SIGTERM, then SIGKILL after the grace period)."""
         if self.proc is None:
             return
+        if self.command.engine == "sglang":  # the next launch waits for these pids' GPU memory
+            pids = [self.proc.pid]
+            for p in psutil.process_iter():
+                try:
+                    if os.getpgid(p.pid) == self.proc.pid:
+                        pids.append(p.pid)
+                except (OSError, psutil.Error):
+                    continue
+            rec = {"pids": sorted(set(pids)), "baseline_used": self._gpu_baseline}
+            tmp = self._gpu_state().with_name(".last_gpu_engine.state.tmp")
+            tmp.write_text(json.dumps(rec))
+            os.replace(tmp, self._gpu_state())
         if _kill_group(self.proc.pid, self.stop_grace_s):
             self.killed = True
             try:

@@ -190,3 +190,84 @@ def test_health_generates_ready_is_cheap_and_openai_surfaces(tmp_path):
         assert all(c["object"] == "text_completion" for c in chunks)
         assert chunks[-1]["usage"]["completion_tokens"] == 6
         assert truth_before > 0
+
+
+class FakeNvml:
+    """A fake of the nvidia-ml-py calls lab.gpumem makes: 2 GPUs whose used memory and
+    compute processes a test scripts over time (``hold_until``: monotonic time until which
+    ``holders`` keep ``held`` bytes on each GPU)."""
+
+    class _Mem:
+        def __init__(self, used):
+            self.used, self.total, self.free = used, 141 << 30, (141 << 30) - used
+
+    class _Proc:
+        def __init__(self, pid):
+            self.pid, self.usedGpuMemory = pid, 70 << 30
+
+    def __init__(self, base: int = 1 << 29):
+        self.base, self.held, self.holders, self.hold_until = base, 0, set(), 0.0
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def _holding(self):
+        return time.monotonic() < self.hold_until
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return self._Mem(self.base + (self.held if self._holding() else 0))
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return [self._Proc(p) for p in self.holders] if self._holding() else []
+
+
+def test_wait_gpu_memory_freed_with_fake_nvml():
+    from lab.gpumem import GpuMemoryNotFreed, wait_gpu_memory_freed
+
+    nv = FakeNvml()
+    nv.held, nv.holders, nv.hold_until = 70 << 30, {4242}, time.monotonic() + 1.0
+    waited = wait_gpu_memory_freed({4242}, [nv.base, nv.base], nvml=nv, timeout_s=10, poll_s=0.05)
+    assert 0.9 <= waited < 5
+    nv.hold_until = time.monotonic() + 60
+    with pytest.raises(GpuMemoryNotFreed) as err:
+        wait_gpu_memory_freed({4242}, [nv.base, nv.base], nvml=nv, timeout_s=0.3, poll_s=0.05)
+    msg = str(err.value)
+    assert "GPU 0: 70.5 GiB used" in msg and "pid(s) [4242]" in msg and "nvidia-smi" in msg
+    assert wait_gpu_memory_freed({1}, None, nvml=FakeNvml(), timeout_s=0.1) < 0.1  # nothing held
+
+
+def test_next_gpu_launch_waits_for_previous_engines_memory(tmp_path):
+    """engine sglang: stop() records the group's pids and the pre-launch baseline; the next
+    start() waits for NVML to show them gone, and fails clearly if they stay."""
+    nv = FakeNvml()
+    script = tmp_path / "engine.py"
+    script.write_text("import time\nprint('loading', flush=True)\ntime.sleep(60)\n")
+
+    def cmd():
+        return ServerCommand(argv=[sys.executable, str(script)], env={}, engine="sglang", host="127.0.0.1",
+                             port=small_params(tmp_path).server.port)
+
+    first = ServerProcess(cmd(), tmp_path / "a.log", state_dir=tmp_path, nvml=nv, stop_grace_s=1.0).start()
+    assert first._gpu_baseline == [nv.base, nv.base]
+    nv.held, nv.holders = 70 << 30, {first.proc.pid}
+    nv.hold_until = time.monotonic() + 3600
+    first.stop()
+    rec = json.loads((tmp_path / "last_gpu_engine.state").read_text())
+    assert first.proc.pid in rec["pids"] and rec["baseline_used"] == [nv.base, nv.base]
+    nv.hold_until = time.monotonic() + 1.5  # the driver frees it 1.5 s after the stop
+    t0 = time.monotonic()
+    second = ServerProcess(cmd(), tmp_path / "b.log", state_dir=tmp_path, nvml=nv, stop_grace_s=1.0).start()
+    assert time.monotonic() - t0 >= 1.0
+    nv.holders, nv.hold_until = {second.proc.pid}, time.monotonic() + 3600
+    second.stop()
+    with pytest.raises(ServerError, match=r"not freed within 0.5 s: GPU 0: .*still held by the previous engine"):
+        ServerProcess(cmd(), tmp_path / "c.log", state_dir=tmp_path, nvml=nv, gpu_free_timeout_s=0.5).start()
