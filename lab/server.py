@@ -163,6 +163,13 @@ def build_server_command(
     env.update(mode.env)
     if mode.simulate_accept_length is not None:
         env["SGLANG_SIMULATE_ACC_LEN"] = str(mode.simulate_accept_length)
+        # SGLang's default simulated-token mode emits token id 100 at every position
+        # (speculative/spec_utils.py ~568), which the degenerate-output check would flag;
+        # real-draft-token keeps the real tokens and is allowed with topk 1
+        # (speculative/eagle_utils.py ~818-823). With topk > 1 SGLang refuses it, so the
+        # run keeps token 100 and its outputs are (correctly) reported degenerate.
+        if (mode.eagle_topk or 1) == 1:
+            env.setdefault("SGLANG_SIMULATE_ACC_TOKEN_MODE", "real-draft-token")
     if params.engine == "sglang":
         argv = [python, "-m", "sglang.launch_server", *flags]
     else:

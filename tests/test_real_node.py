@@ -271,3 +271,26 @@ def test_next_gpu_launch_waits_for_previous_engines_memory(tmp_path):
     second.stop()
     with pytest.raises(ServerError, match=r"not freed within 0.5 s: GPU 0: .*still held by the previous engine"):
         ServerProcess(cmd(), tmp_path / "c.log", state_dir=tmp_path, nvml=nv, gpu_free_timeout_s=0.5).start()
+
+
+def test_simulated_accept_length_keeps_real_tokens_with_topk1(tmp_path):
+    """Issue 12 item 4: SGLang's default simulated-token mode emits token id 100 everywhere
+    (spec_utils.py ~568), which the degenerate check flags; the lab asks for
+    real-draft-token (allowed with topk 1, eagle_utils.py ~818-823). The emulator models both."""
+    from lab.hygiene import degenerate_check
+
+    p = small_params(tmp_path)
+    p.modes["eagle3_decode"].simulate_accept_length = 2.0
+    cmd = build_server_command(p, "eagle3_decode")
+    assert cmd.env["SGLANG_SIMULATE_ACC_TOKEN_MODE"] == "real-draft-token"
+    outs = {}
+    for token_mode in ("real-draft-token", "fixed"):
+        c = ServerCommand(argv=cmd.argv, env={**cmd.env, "SGLANG_SIMULATE_ACC_TOKEN_MODE": token_mode},
+                          engine=cmd.engine, host=cmd.host, port=cmd.port)
+        with ServerProcess(c, tmp_path / f"{token_mode}.log", state_dir=tmp_path) as srv:
+            srv.wait_ready(30)
+            outs[token_mode] = [json.loads(_post(srv.base_url + "/generate", {
+                "text": f"prompt {i}", "sampling_params": {"max_new_tokens": 24}}))["text"] for i in range(4)]
+    recs = {m: [{"ok": True, "rid": str(i), "output_text": t} for i, t in enumerate(texts)] for m, texts in outs.items()}
+    assert not degenerate_check(recs["real-draft-token"])["degenerate"]
+    assert degenerate_check(recs["fixed"])["degenerate"]

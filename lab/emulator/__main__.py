@@ -59,7 +59,9 @@ async def _serve(args, profile, profile_path, truth: TruthWriter, metrics: Emula
     engine = Engine(args, profile, deliver=deliver, metrics=metrics, truth=truth, log=log,
                     simulate_acc_len=sim, record_step_time=_env_bool("SGLANG_RECORD_STEP_TIME"))
     state = AppState(args=args, profile=profile, profile_path=profile_path, engine=engine, metrics=metrics,
-                     startup_time=time.time(), faults=faults)
+                     startup_time=time.time(), faults=faults,
+                     fixed_sim_tokens=bool(sim and sim > 0 and args.is_speculative
+                                           and os.environ.get("SGLANG_SIMULATE_ACC_TOKEN_MODE", "fixed") != "real-draft-token"))
     runner = web.AppRunner(build_app(state), handle_signals=False, access_log=None)
     await runner.setup()
     stop = asyncio.Event()

@@ -56,6 +56,7 @@ class AppState:
     metrics: EmulatorMetrics
     startup_time: float
     faults: Faults = dataclasses.field(default_factory=Faults)
+    fixed_sim_tokens: bool = False  # SGLANG_SIMULATE_ACC_LEN on, token mode "fixed" (SGLang's default)
 
 
 def dispatch_events(events: list[tuple[Request, dict]]) -> None:
@@ -127,7 +128,7 @@ def _submit(st: AppState, rid: str | None, prompt_tokens: int, max_new_tokens: i
             prompt: Any = None) -> Request:
     req = Request(rid=rid or uuid.uuid4().hex, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
                   stream=stream, sink=asyncio.Queue(), loop=st.args.emulator_output == "loop",
-                  accept_key=accept_key(st.args.random_seed, prompt, rid))
+                  accept_key=accept_key(st.args.random_seed, prompt, rid), fixed_token=st.fixed_sim_tokens)
     st.engine.submit(req)
     return req
 
