@@ -508,7 +508,11 @@ def summarize_run(
     - ``cycle_ms``: median per-request cycle time (decode time / spec_verify_ct, or per
       decode step)
     - server side: :data:`SERVER_TIMING_KEYS` copied from ``server`` (None if absent),
-      ``server_step_ms`` = mean of ``server["step_time_ms"]`` entries if given, and
+      ``server_step_ms`` = median of ``server["step_time_ms"]`` entries if given (the median
+      because the first entry of a window covers the idle gap before it: SGLang's step clock
+      is not reset while idle, ``metrics_reporter.py`` ~942; every entry is wall time per
+      decode iteration *including* the prefill passes interleaved in its interval, so it
+      reads above the GPU cycle when requests arrive during the window), and
       ``server`` (the whole dict, with raw deltas)
     - ``token_accounting_ok``: every ok request's chunk tokens sum to completion_tokens
 
@@ -563,6 +567,10 @@ def summarize_run(
         out[key] = server.get(key)
     steps = server.get("step_time_ms")
     flat = [v for vs in steps.values() for v in vs] if steps else []
-    out["server_step_ms"] = float(np.mean(flat)) if flat else None
+    # Median, not mean: SGLang does not reset the step clock while idle
+    # (metrics_reporter.py ~942: last_decode_stats_tic), so a window's first entry spans the
+    # idle gap before it (warm-up end to the first measured request) and reads high.
+    out["server_step_ms"] = _median(flat) if flat else None
+    out["server_step_entries"] = len(flat)
     out["server"] = server
     return out

@@ -246,3 +246,29 @@ def test_server_timing_counts_one_tp_rank_and_books_eager_draft_as_draft():
     base = {(FS, "category=decode", r): 1.2 for r in range(8)} | {(CG, "mode=decode_cuda_graph", r): 100.0 for r in range(8)}
     b = server_timing("", _prom(base))
     assert b["decode_ms"] == pytest.approx(12.0) and b["draft_ms"] is None and b["decode_iterations"] == 100.0
+
+
+def test_server_step_ms_not_biased_by_the_idle_gap_before_a_window():
+    """Issue 12 item 5: SGLang's step clock is not reset while idle (metrics_reporter.py ~942),
+    so the window's first step_time_dict entry spans the idle gap; the median ignores it."""
+    from lab.metrics import summarize_run
+
+    before = {"internal_states": [{"step_time_dict": {"1": [0.0121] * 3}}]}
+    # first new entry: 40 iterations of 12 ms plus 2 s idle, spread over the interval of 40
+    after = {"internal_states": [{"step_time_dict": {"1": [0.0121] * 3 + [(40 * 0.012 + 2.0) / 40] + [0.012] * 6}}]}
+    steps = step_time_ms(before, after)
+    rec = {"rid": "r", "ok": True, "t_send": 0.0, "t_dispatch": 0.0, "t_end": 1.0, "chunks": [[0.1, 1], [0.112, 1]],
+           "completion_tokens": 2, "meta": {"completion_tokens": 2}}
+    s = summarize_run([rec], wall_s=1.0, server={"step_time_ms": steps})
+    assert s["server_step_ms"] == pytest.approx(12.0)  # the mean would read 19.1
+    assert s["server_step_entries"] == 7
+
+
+def test_incomplete_draft_time_is_a_run_warning():
+    from lab.hygiene import hygiene_warnings
+
+    runs = [{"concurrency": 8, "repeat": 0, "server": {"draft_incomplete": True}},
+            {"concurrency": 1, "repeat": 0, "server": {"draft_incomplete": False}}]
+    w = hygiene_warnings(runs, None)
+    assert len(w) == 1 and "draft_ms is incomplete at c=8 repeat 0" in w[0]
+    assert hygiene_warnings(runs[1:], None) == []
