@@ -38,7 +38,7 @@ PHYSICS_RATIO_3_OVER_1 = 9.399 / 6.16  # /work/shared/physics-h200.json graph_ms
 DECODE_LINE = re.compile(
     r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] Decode batch, #running-req: \d+, #token: \d+, token usage: \d+\.\d\d, "
     r"(accept len: \d+\.\d\d, accept rate: \d+\.\d\d, )?cuda graph: (True|False), gen throughput \(token/s\): \d+\.\d\d, "
-    r"#queue-req: \d+$"
+    r"#queue-req: \d+(, fwd occupancy: \d+\.\d\d%, fwd\+idle occupancy: \d+\.\d\d%)?$"
 )
 
 

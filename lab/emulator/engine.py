@@ -98,6 +98,10 @@ class Engine:
         self._log_gen_tokens = 0
         self._log_accept_tokens = self._log_correct = self._log_forward_ct = 0
         self._prefill_tic = time.perf_counter()
+        # device-timer occupancy window (SGLang metrics_reporter.py _ForwardOccupancyLogWindow)
+        self._occ_t0 = time.perf_counter()
+        self._occ_gpu_s = 0.0
+        self._occ_idle_s = 0.0
         self._pending_events: list[tuple[Request, dict]] = []
         self._pending_record: tuple | None = None
         self._thread = threading.Thread(target=self._run, name="emulator-engine", daemon=True)
@@ -163,9 +167,11 @@ class Engine:
         chained_start: float | None = None
         while True:
             with self._cond:
+                idle_from = time.perf_counter()
                 while not self._stop and not self._inbox and not self.waiting and not self.running:
                     chained_start = None
                     self._cond.wait(0.1)
+                self._occ_idle_s += time.perf_counter() - idle_from
                 stopping = self._stop
                 while self._inbox and not stopping:
                     self.waiting.append(self._inbox.popleft())
@@ -331,6 +337,7 @@ class Engine:
                               "finish_reason": "length"}, flush=True)
             self.metrics.on_finish(r.prompt_tokens, r.completion_tokens, r.spec_verify_ct, r.stream)
         self.metrics.on_forward(actual, kind != "prefill", graph)
+        self._occ_gpu_s += sum(actual.values())
         self.metrics.set_queues(running, queue)
         usage = ntok / self.profile.kv_capacity_tokens.value
         if kind == "prefill":
@@ -346,7 +353,8 @@ class Engine:
         self._prefill_tic = now
         ntok = sum(r.prompt_tokens for r in new)
         self.log.info(prefill_batch_line(new_seq=len(new), new_token=ntok, token_usage=usage, running=running - len(new),
-                                         queue=queue, cuda_graph=False, input_throughput=ntok / gap if gap > 0 else 0.0))
+                                         queue=queue, cuda_graph=False, input_throughput=ntok / gap if gap > 0 else 0.0,
+                                         occupancy=self._occupancy(now)))
 
     def _log_decode(self, running: int, graph: bool, now: float, ntok: int, usage: float, queue: int) -> None:
         """SGLang ``report_decode_stats`` at each ``decode_log_interval`` decode iterations."""
@@ -364,4 +372,15 @@ class Engine:
             acc_rate = self._log_correct / drafts if drafts else 0.0
             self._log_accept_tokens = self._log_correct = self._log_forward_ct = 0
         self.log.info(decode_batch_line(running=running, num_tokens=ntok, token_usage=usage, accept_len=acc_len,
-                                        accept_rate=acc_rate, cuda_graph=graph, gen_throughput=thr, queue=queue))
+                                        accept_rate=acc_rate, cuda_graph=graph, gen_throughput=thr, queue=queue,
+                                        occupancy=self._occupancy(now)))
+
+    def _occupancy(self, now: float) -> tuple[float, float] | None:
+        """(forward %, forward + idle %) of the wall time since the last batch line, then reset;
+        None without the device timer (SGLang adds the suffix only with it)."""
+        if not self.metrics.device_timer:
+            return None
+        wall = now - self._occ_t0
+        out = (100.0 * self._occ_gpu_s / wall, 100.0 * (self._occ_gpu_s + self._occ_idle_s) / wall) if wall > 0 else (0.0, 0.0)
+        self._occ_t0, self._occ_gpu_s, self._occ_idle_s = now, 0.0, 0.0
+        return out
