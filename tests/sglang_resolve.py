@@ -139,6 +139,7 @@ def main() -> None:
             for k in ("disable_cuda_graph", "cuda_graph_config"):  # no-CLI fields (server_args.py add_cli_args)
                 if not hasattr(ns, k):
                     setattr(ns, k, False if k == "disable_cuda_graph" else None)
+                parsed.setdefault(k, getattr(ns, k))
             hook.parse_cuda_graph_config(ns)
             dec = ns.cuda_graph_config.decode
             if dec.bs is None and dec.max_bs is not None:
