@@ -396,7 +396,8 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
         if sg.status == OK:
             checks.append(argv_check(mode, build_server_command(params, mode, python=python).flags, python, timeout_s))
         else:
-            checks.append(Check(f"argv[{mode}]", SKIP, "SGLang not importable: launch flags not checked"))
+            checks.append(Check(f"argv[{mode}]", SKIP, "SGLang not importable by this Python: launch flags not "
+                                "checked and values NOT resolved (resolution runs SGLang's own code)"))
     checks.append(weights_check("model", m.path))
     drafts = sorted({params.mode(n).draft_path or m.draft_path for n in modes if params.mode(n).is_speculative})
     for d in drafts:
