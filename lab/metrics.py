@@ -237,6 +237,15 @@ def _first_rank(before: PromSnapshot, after: PromSnapshot) -> dict[str, str]:
     return {"tp_rank": min(ranks, key=lambda r: (not r.isdigit(), int(r) if r.isdigit() else 0, r))}
 
 
+def _draft_incomplete(forward_s: Mapping[str, float | None], iters: float | None) -> bool:
+    """Under speculation: some draft time is hidden in ``extend`` (see :func:`server_timing`)."""
+    if not iters:
+        return False
+    eager_draft = (forward_s.get("decode") or 0.0) > 0
+    no_graph_extend = (forward_s.get("eagle_draft_extend") or 0.0) <= 0 and (forward_s.get("extend") or 0.0) > 0
+    return eager_draft or no_graph_extend
+
+
 def server_timing(before: str | PromSnapshot, after: str | PromSnapshot, *,
                   speculative: bool | None = None) -> dict[str, Any]:
     """Server-side GPU time per decode iteration over a measured window (DESIGN.md).
@@ -254,8 +263,10 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot, *,
       (``speculative/eagle_worker_v2.py`` ~693-715, ~1182-1213;
       ``model_executor/runner/eager_runner.py`` ~261, ~342-350). Eager draft-extend time is
       mixed into ``extend`` with prefill and cannot be separated: ``draft_incomplete`` is True
-      when a speculative window ran eager decode iterations (``decode_none`` passes), since
-      its draft-extend then ran eagerly too.
+      when the window shows an eager draft (time booked as ``decode``) or decode iterations
+      without any ``eagle_draft_extend`` time (draft-extend ran eagerly, e.g.
+      ``SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH``). An eager *verify* (``decode_none``
+      passes, as in the seeds' older build) does not by itself make the draft eager.
     - ``decode_ms`` = Δ category "decode" * 1e3 / iters (without speculation)
     - ``gpu_cycle_ms`` = sum of the available three; ``verify_share`` = verify_ms / gpu_cycle_ms
     - ``verify_graph_fraction`` = Δ decode_cuda_graph / iters
@@ -309,7 +320,7 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot, *,
         "verify_share": verify_ms / cycle if verify_ms is not None and cycle else None,
         "verify_graph_fraction": (graph or 0.0) / iters if iters else None,
         "decode_iterations": iters,
-        "draft_incomplete": bool(speculative and eager),
+        "draft_incomplete": _draft_incomplete(forward_s, iters) if speculative else False,
         "deltas": {
             "forward_s": forward_s,
             "decode_cuda_graph_passes": graph,

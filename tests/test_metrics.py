@@ -243,6 +243,13 @@ def test_server_timing_counts_one_tp_rank_and_books_eager_draft_as_draft():
     graphed = {k: v for k, v in after.items() if "decode_none" not in k[1] and "category=decode" != k[1]}
     st2 = server_timing("", _prom(graphed))
     assert st2["draft_incomplete"] is False and st2["draft_ms"] == pytest.approx(0.8 / 0.8)
+    # an eager *verify* (the seeds' build: decode_none passes) with a graphed draft is complete
+    eager_verify = {k: v for k, v in after.items() if k[1] != "category=decode"}
+    assert server_timing("", _prom(eager_verify))["draft_incomplete"] is False
+    # draft-extend not graphed (SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH): its time is in "extend"
+    no_ext = {k: v for k, v in graphed.items() if k[1] != "category=eagle_draft_extend"}
+    no_ext.update({(FS, "category=extend", r): 0.5 for r in range(8)})
+    assert server_timing("", _prom(no_ext))["draft_incomplete"] is True
     base = {(FS, "category=decode", r): 1.2 for r in range(8)} | {(CG, "mode=decode_cuda_graph", r): 100.0 for r in range(8)}
     b = server_timing("", _prom(base))
     assert b["decode_ms"] == pytest.approx(12.0) and b["draft_ms"] is None and b["decode_iterations"] == 100.0
