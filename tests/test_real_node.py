@@ -64,9 +64,10 @@ def test_emulator_process_tree_like_sglang_and_normal_stop(tmp_path):
     assert "emulator process tree" in (tmp_path / "server.log").read_text()
 
 
-@pytest.mark.parametrize("faults", [["ignore-sigterm"], ["exit-on-startup"], ["crash-after=0"]])
+@pytest.mark.parametrize("faults", [["ignore-sigterm"], ["exit-on-startup"], ["crash-after=0"], ["never-ready"]])
 def test_no_child_survives_any_stop_path(tmp_path, faults):
-    """SIGKILL after an ignored SIGTERM, a crash while loading, a crash mid-benchmark."""
+    """SIGKILL after an ignored SIGTERM, a crash while loading, a crash mid-benchmark, a
+    startup timeout."""
     cmd = _emulator(tmp_path, faults)
     srv = ServerProcess(cmd, tmp_path / "server.log", state_dir=tmp_path, stop_grace_s=1.0)
     pids: list[int] = []
@@ -77,6 +78,9 @@ def test_no_child_survives_any_stop_path(tmp_path, faults):
         if faults == ["exit-on-startup"]:
             with pytest.raises(ServerError, match="exited with code 3"):
                 srv.wait_ready(30)
+        elif faults == ["never-ready"]:
+            with pytest.raises(ServerError, match="not ready within"):
+                srv.wait_ready(1.5)
         else:
             srv.wait_ready(30)
             pids = [p.pid for p in _group(srv.proc.pid)]

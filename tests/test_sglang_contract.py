@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from lab.config import load_params
 from lab.effective import effective_config
@@ -131,6 +132,17 @@ def test_emulator_server_info_matches_sglang_resolution(resolved):
     assert res["graphs_disabled"]["parsed"]["cuda_graph_max_bs_decode"] == 48
     assert res["eagle3_decode"]["parsed"]["cuda_graph_bs_decode"] is None
     assert res["eagle3_decode"]["parsed"]["prefill_attention_backend"] is None
+    # the hand-written /server_info fixture (an EAGLE-3 prefill-mode server) holds these values
+    fx = json.loads((FX / "server_info_eagle3_c1_after.json").read_text())
+    sg = res["eagle3_prefill"]
+    assert fx["cuda_graph_config"]["decode"]["bs"] == sg["resolved"]["cuda_graph_config"]["decode"]["bs"]
+    assert set(fx["cuda_graph_config"]["decode"]) == set(sg["resolved"]["cuda_graph_config"]["decode"])
+    for key in ("cuda_graph_bs_decode", "prefill_attention_backend", "decode_attention_backend"):
+        assert fx[key] == sg["parsed"][key], key
+    assert fx["speculative_num_draft_tokens"] == sg["resolved"]["speculative_num_draft_tokens"]
+    server_info_extras = {"status", "max_total_num_tokens", "version", "internal_states", "tokenizer_path"}
+    assert set(fx) - server_info_extras <= set(out["ns_fields"]) | {"disable_cuda_graph"}, (
+        set(fx) - server_info_extras - set(out["ns_fields"]))
 
 
 def test_effective_config_reads_the_same_from_sglang_and_emulator(resolved):
@@ -230,6 +242,10 @@ def test_metric_names_labels_and_values_match_sglang(metric_contract):
     assert snap.label_values(CUDA_GRAPH_PASSES, "tp_rank") == [str(r) for r in range(8)]
     for fixture in sorted(FX.glob("metrics_*.prom")):  # hand-written fixtures copy these names
         fx = parse_prometheus(fixture.read_text())
+        for family in text_string_to_metric_families(fixture.read_text()):
+            if family.name.startswith("sglang:"):
+                for sample in family.samples:
+                    assert c["label_keys"] <= set(sample.labels), (fixture.name, sample)
         for name in (CUDA_GRAPH_PASSES, FORWARD_SECONDS):
             assert set(fx.label_values(name, "mode" if name == CUDA_GRAPH_PASSES else "category")) <= (
                 c["modes"] if name == CUDA_GRAPH_PASSES else c["categories"]), fixture.name
