@@ -383,7 +383,8 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
         from lab.emulator.profile import ProfileError, load_profile
         try:
             prof, path = load_profile(params.emulator.profile)
-            checks.append(Check("emulator", OK, f"profile {prof.name} v{prof.version} ({path})"))
+            checks.append(Check("emulator", OK, f"profile {prof.name} v{prof.version} ({path}); its timing models "
+                                f"SGLang build {prof.models_build.label!r}"))
         except ProfileError as exc:
             checks.append(Check("emulator", FAIL, str(exc), "set emulator.profile to a bundled name or a file"))
         return PreflightReport("emulator", checks + _cheap_checks(params, out))
