@@ -220,21 +220,42 @@ def _delta(before: PromSnapshot, after: PromSnapshot, name: str, **labels: Any) 
     return a - (before.value(name, **labels) or 0.0)
 
 
-def _first_rank(before: PromSnapshot, after: PromSnapshot) -> dict[str, str]:
-    """``{"tp_rank": <lowest rank>}`` when the scrapes carry SGLang's ``tp_rank`` label, else {}.
+def _rank_selectors(before: PromSnapshot, after: PromSnapshot) -> list[dict[str, str]]:
+    """Label selectors that count each scheduler iteration once.
 
     Every TP rank's scheduler exports its own series (SGLang 0.5.23
-    ``observability/metrics_collector.py`` ~1383-1387: labels ``model_name``, ``engine_type``,
-    ``tp_rank``, ``pp_rank``, ``moe_ep_rank``), so a sum over ranks counts each decode
-    iteration ``tp_size`` times. One rank's series is the server's count.
+    ``observability/metrics_collector.py`` ~1383-1391: labels ``model_name``, ``engine_type``,
+    ``tp_rank``, ``pp_rank``, ``moe_ep_rank``, plus ``dp_rank`` with data-parallel ranks), so a
+    sum over ranks counts each decode iteration ``tp_size`` times. Without ``dp_rank``: the
+    lowest ``tp_rank``'s series. With ``dp_rank`` (each DP group runs its own batches): the
+    lowest ``tp_rank`` of each DP group, summed over groups. No ``tp_rank`` label: ``[{}]``.
     """
-    ranks = set()
+    def num(r: str) -> tuple:
+        return (not r.isdigit(), int(r) if r.isdigit() else 0, r)
+
+    by_dp: dict[str | None, set[str]] = {}
     for snap in (before, after):
         for name in (CUDA_GRAPH_PASSES, FORWARD_SECONDS):
-            ranks.update(snap.label_values(name, "tp_rank"))
-    if not ranks:
-        return {}
-    return {"tp_rank": min(ranks, key=lambda r: (not r.isdigit(), int(r) if r.isdigit() else 0, r))}
+            for lab, _ in snap._samples.get(name, []):
+                if "tp_rank" in lab:
+                    by_dp.setdefault(lab.get("dp_rank"), set()).add(lab["tp_rank"])
+    if not by_dp:
+        return [{}]
+    out = []
+    for dp, ranks in sorted(by_dp.items(), key=lambda kv: num(kv[0] or "")):
+        sel = {"tp_rank": min(ranks, key=num)}
+        if dp is not None:
+            sel["dp_rank"] = dp
+        out.append(sel)
+    return out
+
+
+def _delta_ranks(before: PromSnapshot, after: PromSnapshot, name: str, selectors: list[dict[str, str]],
+                 **labels: Any) -> float | None:
+    """:func:`_delta` summed over ``selectors`` (None when absent for all)."""
+    vals = [_delta(before, after, name, **labels, **sel) for sel in selectors]
+    vals = [v for v in vals if v is not None]
+    return sum(vals) if vals else None
 
 
 def _draft_incomplete(forward_s: Mapping[str, float | None], iters: float | None) -> bool:
@@ -277,7 +298,7 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot, *,
     "target_verify"/"extend"/"decode", ``eagle_draft*_cuda_graph_runner.py``).
 
     Counts and times are one TP rank's (the lowest ``tp_rank`` present, see
-    :func:`_first_rank`): summing every rank's series would count each iteration ``tp_size``
+    :func:`_rank_selectors`): summing every rank's series would count each iteration ``tp_size``
     times.
 
     :param before, after: ``/metrics`` texts (or parsed snapshots).
@@ -288,11 +309,11 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot, *,
         ``tp_rank``).
     """
     b, a = _as_snapshot(before), _as_snapshot(after)
-    rank = _first_rank(b, a)
+    ranks = _rank_selectors(b, a)
     categories = sorted(set(a.label_values(FORWARD_SECONDS, "category")))
-    forward_s = {c: _delta(b, a, FORWARD_SECONDS, category=c, **rank) for c in categories}
-    graph = _delta(b, a, CUDA_GRAPH_PASSES, mode="decode_cuda_graph", **rank)
-    eager = _delta(b, a, CUDA_GRAPH_PASSES, mode="decode_none", **rank)
+    forward_s = {c: _delta_ranks(b, a, FORWARD_SECONDS, ranks, category=c) for c in categories}
+    graph = _delta_ranks(b, a, CUDA_GRAPH_PASSES, ranks, mode="decode_cuda_graph")
+    eager = _delta_ranks(b, a, CUDA_GRAPH_PASSES, ranks, mode="decode_none")
     if speculative is None:
         speculative = "target_verify" in forward_s
     iters = None if graph is None and eager is None else (graph or 0.0) + (eager or 0.0)
@@ -325,7 +346,8 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot, *,
             "forward_s": forward_s,
             "decode_cuda_graph_passes": graph,
             "decode_none_passes": eager,
-            "tp_rank": rank.get("tp_rank"),
+            "tp_rank": ranks[0].get("tp_rank"),
+            "rank_selectors": ranks,
         },
     }
 

@@ -279,3 +279,17 @@ def test_incomplete_draft_time_is_a_run_warning():
     w = hygiene_warnings(runs, None)
     assert len(w) == 1 and "draft_ms is incomplete at c=8 repeat 0" in w[0]
     assert hygiene_warnings(runs[1:], None) == []
+
+
+def test_server_timing_with_dp_ranks_sums_one_tp_rank_per_dp_group():
+    """With data-parallel attention each DP group runs its own batches (label dp_rank,
+    metrics_collector.py ~1390): one TP rank per group, summed over groups."""
+    CG = "sglang:cuda_graph_passes_total"
+    lines = []
+    for dp, tps, n in (("0", ("0", "1"), 30.0), ("1", ("2", "3"), 50.0)):
+        for tp in tps:
+            lines.append(f'{CG}{{dp_rank="{dp}",engine_type="unified",mode="decode_cuda_graph",model_name="k",'
+                         f'moe_ep_rank="0",pp_rank="0",tp_rank="{tp}"}} {n}')
+    st = server_timing("", "\n".join(lines) + "\n")
+    assert st["decode_iterations"] == 80.0  # 30 + 50, not 160
+    assert st["deltas"]["rank_selectors"] == [{"tp_rank": "0", "dp_rank": "0"}, {"tp_rank": "2", "dp_rank": "1"}]
