@@ -305,7 +305,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
             result["startup"]["startup_s"] = result["startup_s"] = startup_s
             info = client.fetch_json(srv.base_url + "/server_info")
             result["engine_version"] = str(info.get("version", "unknown"))
-            result["effective_config"] = effective_config(info)
+            result["effective_config"] = effective_config(info, (out / "server.log").read_text(errors="replace"))
             run.log_params(flatten_params({"effective": result["effective_config"]}))
             if b.warmup_requests:
                 result["warmup"] = hygiene.warmup_until_stable(

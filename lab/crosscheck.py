@@ -135,13 +135,14 @@ def window_server_timing(prom_before: str, prom_after: str, info_before: Mapping
     """Everything the server says about one measured window, for ``summarize_run(server=...)``.
 
     :func:`lab.metrics.server_timing` of the ``/metrics`` scrapes (keys not applicable to the
-    mode set to None: ``decode_ms`` under speculation, ``verify_ms``/``draft_ms`` without),
+    mode set to None: ``decode_ms`` under speculation, where eager draft steps booked as
+    ``decode`` count as ``draft_ms``; ``verify_ms``/``draft_ms`` without),
     ``step_time_ms`` from the ``/server_info`` pair, and :func:`log_window_timing` of the
     window's log text.
     """
     from lab import metrics as M
 
-    server = M.server_timing(prom_before, prom_after)
+    server = M.server_timing(prom_before, prom_after, speculative=speculative)
     for k in (("decode_ms",) if speculative else ("verify_ms", "draft_ms")):
         server[k] = None  # not applicable to this mode (0 would read as a measurement)
     parts = [server[k] for k in ("verify_ms", "draft_ms", "decode_ms") if server.get(k) is not None]

@@ -11,10 +11,12 @@ arguments that decide the comparison and says plainly when two modes resolved al
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["EFFECTIVE_KEYS", "effective_config", "identical_modes", "identical_notice"]
+__all__ = ["EFFECTIVE_KEYS", "effective_config", "identical_modes", "identical_notice", "captured_graph_bs",
+           "MODE_PICKS_BACKEND_ONLY_VERSION"]
 
 # /server_info keys (SGLang ServerArgs field names) that decide a verify-cost comparison.
 EFFECTIVE_KEYS: tuple[str, ...] = (
@@ -29,26 +31,67 @@ EFFECTIVE_KEYS: tuple[str, ...] = (
     "speculative_draft_attention_backend",
     "max_running_requests",
     "cuda_graph_max_bs_decode",
-    "cuda_graph_bs_decode",
     "disable_cuda_graph",
     "tp_size",
     "context_length",
 )
+
+#: The SGLang build whose semantics this module encodes: there, the attention mode only picks
+#: the verify attention backend (target-verify is graph-captured in both modes,
+#: ``model_executor/runner/decode_cuda_graph_runner.py`` ~356-367).
+MODE_PICKS_BACKEND_ONLY_VERSION = "0.5.23"
+
+_DISABLED = "disabled"
+
+
+def captured_graph_bs(log_text: str) -> list[int] | None:
+    """Batch sizes actually captured, from SGLang's "Capture target verify|decode CUDA graph
+    end. bs=[...]" line (``model_runner_components/cuda_graph_setup.py`` ~794-799; the last
+    such line wins); None when the log has none (graphs off, or the log is not SGLang's)."""
+    found = None
+    for m in re.finditer(r"Capture target (?:verify|decode) CUDA graph end\. bs=\[([0-9, ]*)\]", log_text or ""):
+        found = [int(x) for x in m.group(1).replace(" ", "").split(",") if x]
+    return found
 
 # The verify forward uses the prefill backend in prefill mode and the decode backend in
 # decode mode (SGLang 0.5.23 ``--speculative-attention-mode`` help text).
 _VERIFY_BACKEND = {"prefill": "prefill_attention_backend", "decode": "decode_attention_backend"}
 
 
-def effective_config(server_info: Mapping[str, Any]) -> dict[str, Any]:
-    """The decisive resolved arguments from a ``/server_info`` response.
+def effective_config(server_info: Mapping[str, Any], log_text: str | None = None) -> dict[str, Any]:
+    """The decisive resolved arguments from a ``/server_info`` response (SGLang 0.5.23's
+    ``resolved_dict()``), plus:
 
-    Adds ``verify_attention_backend``: the backend that serves target-verify given the
-    attention mode (None without speculation), and ``effective_max_running_requests``:
-    the scheduler's actual cap (``internal_states[0].effective_max_running_requests_per_dp``,
-    SGLang 0.5.23 ``internal_state.py``; None when absent). Missing keys are recorded as None.
+    - ``verify_attention_backend``: the backend that serves target-verify given the attention
+      mode (None without speculation). ``prefill_attention_backend`` /
+      ``decode_attention_backend`` are null in 0.5.23 unless set; then ``attention_backend``
+      (the only resolved one) serves both.
+    - ``cuda_graph_decode_backend`` / ``cuda_graph_bs_decode``: from the resolved
+      ``cuda_graph_config.decode`` (``arg_groups/memory_hook.py`` ~201-205; the top-level
+      ``cuda_graph_bs_decode`` is raw input and null unless set).
+    - ``decode_cuda_graph_disabled``: the decode graph backend is ``disabled`` (``--cuda-graph-
+      backend-decode disabled``, ``--disable-decode-cuda-graph`` or the deprecated
+      ``--disable-cuda-graph``, which leaves the others untouched).
+    - ``captured_cuda_graph_bs``: the list actually captured, from the log (:func:`captured_graph_bs`),
+      when ``log_text`` is given.
+    - ``effective_max_running_requests``: the scheduler's actual cap
+      (``internal_states[0].effective_max_running_requests_per_dp``, ``internal_state.py``).
+    - ``engine_version`` and ``modelled_build`` (the emulator's ``emulator_models_build``):
+      which build's semantics apply.
+
+    Missing keys are recorded as None.
     """
     eff = {k: server_info.get(k) for k in EFFECTIVE_KEYS}
+    eff["engine_version"] = server_info.get("version")
+    eff["modelled_build"] = server_info.get("emulator_models_build")
+    dec = (server_info.get("cuda_graph_config") or {}).get("decode") or {}
+    eff["cuda_graph_decode_backend"] = dec.get("backend")
+    eff["cuda_graph_bs_decode"] = dec.get("bs") if dec.get("bs") is not None else server_info.get("cuda_graph_bs_decode")
+    eff["decode_cuda_graph_disabled"] = bool(
+        dec.get("backend") == _DISABLED or server_info.get("cuda_graph_backend_decode") == _DISABLED
+        or server_info.get("disable_decode_cuda_graph") or server_info.get("disable_cuda_graph"))
+    if log_text is not None:
+        eff["captured_cuda_graph_bs"] = captured_graph_bs(log_text)
     states = server_info.get("internal_states") or [{}]
     first = states[0] if isinstance(states[0], Mapping) else {}
     eff["effective_max_running_requests"] = first.get("effective_max_running_requests_per_dp")
@@ -61,10 +104,14 @@ def effective_config(server_info: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _runtime_signature(eff: Mapping[str, Any]) -> str:
-    """What the GPU actually executes: the attention mode only matters through the backend
-    it selects, so it is left out and the resolved verify backend kept."""
-    return json.dumps({k: v for k, v in eff.items() if k != "speculative_attention_mode"},
-                      sort_keys=True, default=str)
+    """What the GPU actually executes. In SGLang 0.5.23 the attention mode only matters
+    through the backend it selects, so it is left out and the resolved verify backend kept.
+    For any other build (the emulator's default profile models the seeds' older build, where
+    prefill-mode verify ran outside CUDA graphs) the mode itself changes the verify path and
+    stays in. The log-derived captured list is left out (it is absent when no log was read)."""
+    mode_only_backend = str(eff.get("engine_version")) == MODE_PICKS_BACKEND_ONLY_VERSION
+    drop = {"captured_cuda_graph_bs", "engine_version"} | ({"speculative_attention_mode"} if mode_only_backend else set())
+    return json.dumps({k: v for k, v in eff.items() if k not in drop}, sort_keys=True, default=str)
 
 
 def identical_modes(configs: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:

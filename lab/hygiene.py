@@ -229,6 +229,13 @@ def hygiene_warnings(per_run: Sequence[Mapping[str, Any]], warmup: Mapping[str, 
                    f"as requests finish, which favours modes whose requests finish at different times "
                    f"(speculative decoding). For a steady-state figure set bench.num_prompts >= "
                    f"{MIN_WAVES * c} and bench.output_tokens_spread > 0 (README: 'Concurrency above 1')")
+    eager_draft = sorted({(r.get("concurrency"), r.get("repeat")) for r in per_run
+                          if (r.get("server") or {}).get("draft_incomplete")})
+    if eager_draft:
+        out.append(f"draft_ms is incomplete at {', '.join(f'c={c} repeat {k}' for c, k in eager_draft)}: the draft "
+                   "ran outside CUDA graphs there, so SGLang booked its draft-extend time as 'extend', mixed with "
+                   "prefill (speculative/eagle_worker_v2.py ~1182-1213); eager draft steps (booked 'decode') are "
+                   "counted in draft_ms")
     for r in per_run:
         h = r.get("hygiene") or {}
         where = f"c={r.get('concurrency')} repeat {r.get('repeat')}"

@@ -220,7 +220,55 @@ def _delta(before: PromSnapshot, after: PromSnapshot, name: str, **labels: Any) 
     return a - (before.value(name, **labels) or 0.0)
 
 
-def server_timing(before: str | PromSnapshot, after: str | PromSnapshot) -> dict[str, Any]:
+def _rank_selectors(before: PromSnapshot, after: PromSnapshot) -> list[dict[str, str]]:
+    """Label selectors that count each scheduler iteration once.
+
+    Every TP rank's scheduler exports its own series (SGLang 0.5.23
+    ``observability/metrics_collector.py`` ~1383-1391: labels ``model_name``, ``engine_type``,
+    ``tp_rank``, ``pp_rank``, ``moe_ep_rank``, plus ``dp_rank`` with data-parallel ranks), so a
+    sum over ranks counts each decode iteration ``tp_size`` times. Without ``dp_rank``: the
+    lowest ``tp_rank``'s series. With ``dp_rank`` (each DP group runs its own batches): the
+    lowest ``tp_rank`` of each DP group, summed over groups. No ``tp_rank`` label: ``[{}]``.
+    """
+    def num(r: str) -> tuple:
+        return (not r.isdigit(), int(r) if r.isdigit() else 0, r)
+
+    by_dp: dict[str | None, set[str]] = {}
+    for snap in (before, after):
+        for name in (CUDA_GRAPH_PASSES, FORWARD_SECONDS):
+            for lab, _ in snap._samples.get(name, []):
+                if "tp_rank" in lab:
+                    by_dp.setdefault(lab.get("dp_rank"), set()).add(lab["tp_rank"])
+    if not by_dp:
+        return [{}]
+    out = []
+    for dp, ranks in sorted(by_dp.items(), key=lambda kv: num(kv[0] or "")):
+        sel = {"tp_rank": min(ranks, key=num)}
+        if dp is not None:
+            sel["dp_rank"] = dp
+        out.append(sel)
+    return out
+
+
+def _delta_ranks(before: PromSnapshot, after: PromSnapshot, name: str, selectors: list[dict[str, str]],
+                 **labels: Any) -> float | None:
+    """:func:`_delta` summed over ``selectors`` (None when absent for all)."""
+    vals = [_delta(before, after, name, **labels, **sel) for sel in selectors]
+    vals = [v for v in vals if v is not None]
+    return sum(vals) if vals else None
+
+
+def _draft_incomplete(forward_s: Mapping[str, float | None], iters: float | None) -> bool:
+    """Under speculation: some draft time is hidden in ``extend`` (see :func:`server_timing`)."""
+    if not iters:
+        return False
+    eager_draft = (forward_s.get("decode") or 0.0) > 0
+    no_graph_extend = (forward_s.get("eagle_draft_extend") or 0.0) <= 0 and (forward_s.get("extend") or 0.0) > 0
+    return eager_draft or no_graph_extend
+
+
+def server_timing(before: str | PromSnapshot, after: str | PromSnapshot, *,
+                  speculative: bool | None = None) -> dict[str, Any]:
     """Server-side GPU time per decode iteration over a measured window (DESIGN.md).
 
     With ``Δ`` the difference of two ``/metrics`` scrapes and
@@ -229,8 +277,18 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot) -> dict
     ``metrics_collector.increment_decode_cuda_graph_pass``):
 
     - ``verify_ms`` = Δ forward_execution_seconds_total{category="target_verify"} * 1e3 / iters
-    - ``draft_ms`` = Δ (category eagle_draft + eagle_draft_extend) * 1e3 / iters
-    - ``decode_ms`` = Δ category "decode" * 1e3 / iters
+    - ``draft_ms`` = Δ (category eagle_draft + eagle_draft_extend) * 1e3 / iters; under
+      speculation Δ category "decode" is draft time too: an eager draft (graphs off, a batch
+      above the captured size, ``SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH``, an ungraphable draft
+      backend) is timed as ``decode`` and its draft-extend as ``extend``
+      (``speculative/eagle_worker_v2.py`` ~693-715, ~1182-1213;
+      ``model_executor/runner/eager_runner.py`` ~261, ~342-350). Eager draft-extend time is
+      mixed into ``extend`` with prefill and cannot be separated: ``draft_incomplete`` is True
+      when the window shows an eager draft (time booked as ``decode``) or decode iterations
+      without any ``eagle_draft_extend`` time (draft-extend ran eagerly, e.g.
+      ``SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH``). An eager *verify* (``decode_none``
+      passes, as in the seeds' older build) does not by itself make the draft eager.
+    - ``decode_ms`` = Δ category "decode" * 1e3 / iters (without speculation)
     - ``gpu_cycle_ms`` = sum of the available three; ``verify_share`` = verify_ms / gpu_cycle_ms
     - ``verify_graph_fraction`` = Δ decode_cuda_graph / iters
 
@@ -239,15 +297,25 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot) -> dict
     (``decode_cuda_graph_runner.py`` uses ``forward_mode.name.lower()``, ``eager_runner.py``
     "target_verify"/"extend"/"decode", ``eagle_draft*_cuda_graph_runner.py``).
 
+    Counts and times are one TP rank's (the lowest ``tp_rank`` present, see
+    :func:`_rank_selectors`): summing every rank's series would count each iteration ``tp_size``
+    times.
+
     :param before, after: ``/metrics`` texts (or parsed snapshots).
-    :returns: the keys above, ``decode_iterations`` and ``deltas`` (raw: ``forward_s`` by
-        category, ``decode_cuda_graph_passes``, ``decode_none_passes``).
+    :param speculative: whether the server ran speculation; None infers it from the presence
+        of a ``target_verify`` category.
+    :returns: the keys above, ``decode_iterations``, ``draft_incomplete`` and ``deltas`` (raw:
+        ``forward_s`` by category, ``decode_cuda_graph_passes``, ``decode_none_passes``,
+        ``tp_rank``).
     """
     b, a = _as_snapshot(before), _as_snapshot(after)
+    ranks = _rank_selectors(b, a)
     categories = sorted(set(a.label_values(FORWARD_SECONDS, "category")))
-    forward_s = {c: _delta(b, a, FORWARD_SECONDS, category=c) for c in categories}
-    graph = _delta(b, a, CUDA_GRAPH_PASSES, mode="decode_cuda_graph")
-    eager = _delta(b, a, CUDA_GRAPH_PASSES, mode="decode_none")
+    forward_s = {c: _delta_ranks(b, a, FORWARD_SECONDS, ranks, category=c) for c in categories}
+    graph = _delta_ranks(b, a, CUDA_GRAPH_PASSES, ranks, mode="decode_cuda_graph")
+    eager = _delta_ranks(b, a, CUDA_GRAPH_PASSES, ranks, mode="decode_none")
+    if speculative is None:
+        speculative = "target_verify" in forward_s
     iters = None if graph is None and eager is None else (graph or 0.0) + (eager or 0.0)
 
     def per_iter_ms(*cats: str) -> float | None:
@@ -257,8 +325,12 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot) -> dict
         return sum(vals) * 1e3 / iters
 
     verify_ms = per_iter_ms("target_verify")
-    draft_ms = per_iter_ms("eagle_draft", "eagle_draft_extend")
-    decode_ms = per_iter_ms("decode")
+    if speculative:
+        draft_ms = per_iter_ms("eagle_draft", "eagle_draft_extend", "decode")
+        decode_ms = None
+    else:
+        draft_ms = per_iter_ms("eagle_draft", "eagle_draft_extend")
+        decode_ms = per_iter_ms("decode")
     parts = [v for v in (verify_ms, draft_ms, decode_ms) if v is not None]
     cycle = sum(parts) if parts else None
     return {
@@ -269,10 +341,13 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot) -> dict
         "verify_share": verify_ms / cycle if verify_ms is not None and cycle else None,
         "verify_graph_fraction": (graph or 0.0) / iters if iters else None,
         "decode_iterations": iters,
+        "draft_incomplete": _draft_incomplete(forward_s, iters) if speculative else False,
         "deltas": {
             "forward_s": forward_s,
             "decode_cuda_graph_passes": graph,
             "decode_none_passes": eager,
+            "tp_rank": ranks[0].get("tp_rank"),
+            "rank_selectors": ranks,
         },
     }
 
@@ -466,7 +541,11 @@ def summarize_run(
     - ``cycle_ms``: median per-request cycle time (decode time / spec_verify_ct, or per
       decode step)
     - server side: :data:`SERVER_TIMING_KEYS` copied from ``server`` (None if absent),
-      ``server_step_ms`` = mean of ``server["step_time_ms"]`` entries if given, and
+      ``server_step_ms`` = median of ``server["step_time_ms"]`` entries if given (the median
+      because the first entry of a window covers the idle gap before it: SGLang's step clock
+      is not reset while idle, ``metrics_reporter.py`` ~942; every entry is wall time per
+      decode iteration *including* the prefill passes interleaved in its interval, so it
+      reads above the GPU cycle when requests arrive during the window), and
       ``server`` (the whole dict, with raw deltas)
     - ``token_accounting_ok``: every ok request's chunk tokens sum to completion_tokens
 
@@ -521,6 +600,10 @@ def summarize_run(
         out[key] = server.get(key)
     steps = server.get("step_time_ms")
     flat = [v for vs in steps.values() for v in vs] if steps else []
-    out["server_step_ms"] = float(np.mean(flat)) if flat else None
+    # Median, not mean: SGLang does not reset the step clock while idle
+    # (metrics_reporter.py ~942: last_decode_stats_tic), so a window's first entry spans the
+    # idle gap before it (warm-up end to the first measured request) and reads high.
+    out["server_step_ms"] = _median(flat) if flat else None
+    out["server_step_entries"] = len(flat)
     out["server"] = server
     return out

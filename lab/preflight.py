@@ -11,8 +11,11 @@ Checks (one :class:`Check` row each):
 - ``sglang``: importable by *the Python that will run the server*, and its version.
 - ``argv[<mode>]``: the mode's full argv parsed by SGLang's own
   ``sglang.srt.server_args.prepare_server_args(argv: list[str]) -> ServerArgs`` (SGLang
-  0.5.23 ``srt/server_args.py``) in a subprocess of that Python, with a timeout; the
-  resolved values that decide the comparison are shown.
+  0.5.23 ``srt/server_args.py``) in a subprocess of that Python, with a timeout, then
+  resolved with ``resolve_once()`` / ``resolved_dict()`` (parsing alone leaves e.g. a draft
+  token count of 5 where SGLang runs 3); the resolved values that decide the comparison are
+  shown, or, where resolution cannot run, the raw input marked as such (``warn``).
+- ``driver``: NVIDIA driver R580 or newer (SGLang 0.5.23 pins torch 2.14.1 on CUDA 13).
 - ``model`` / ``draft[<path>]``: a local directory, or a snapshot in the Hugging Face cache
   (``huggingface_hub.scan_cache_dir`` when importable, else the cache layout
   ``<HF_HUB_CACHE>/models--<org>--<name>/snapshots/<rev>/``).
@@ -34,7 +37,7 @@ from lab.config import LabParams, repo_root
 
 __all__ = ["Check", "PreflightError", "PreflightReport", "run_preflight", "gpu_check",
            "sglang_check", "argv_check", "weights_check", "hf_cache_dir", "format_table",
-           "MIN_FREE_DISK_GB", "ARGV_CHECK_TIMEOUT_S"]
+           "MIN_FREE_DISK_GB", "ARGV_CHECK_TIMEOUT_S", "driver_check", "MIN_DRIVER_MAJOR"]
 
 #: Below this free space (GiB) where results go, logs and artifacts may not fit.
 MIN_FREE_DISK_GB = 2.0
@@ -49,16 +52,33 @@ _RESOLVED = ("speculative_algorithm", "speculative_num_steps", "speculative_eagl
              "prefill_attention_backend", "decode_attention_backend", "max_running_requests",
              "cuda_graph_max_bs_decode", "tp_size", "nnodes")
 
-# Run by the server's Python: parse argv (JSON on stdin) with SGLang's real parser.
+# Run by the server's Python: parse argv (JSON on stdin) with SGLang's real parser, then
+# resolve it the way the launcher does. ``prepare_server_args`` only parses; the values
+# SGLang runs with come from ``resolve_once()`` then ``resolved_dict()`` (SGLang 0.5.23
+# ``srt/server_args.py`` ~244-330); ``getattr`` on the record keeps returning the raw input.
 _ARGV_SNIPPET = r"""
 import json, sys, traceback
 argv = json.loads(sys.stdin.read())
+keys = %r
+def err(exc):
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
 try:
     from sglang.srt.server_args import prepare_server_args
     args = prepare_server_args(argv)
-    out = {"ok": True, "resolved": {k: getattr(args, k, None) for k in %r}}
 except BaseException as exc:
-    out = {"ok": False, "error": "".join(traceback.format_exception_only(type(exc), exc)).strip()}
+    out = {"ok": False, "error": err(exc)}
+else:
+    try:
+        args.resolve_once()
+        d = args.resolved_dict()
+        vals = {k: d.get(k) for k in keys}
+        dec = ((d.get("cuda_graph_config") or {}).get("decode") or {})
+        vals.update({"cuda_graph_config.decode.backend": dec.get("backend"),
+                     "cuda_graph_config.decode.bs": dec.get("bs")})
+        out = {"ok": True, "resolved": True, "values": vals}
+    except BaseException as exc:
+        out = {"ok": True, "resolved": False, "resolve_error": err(exc),
+               "values": {k: getattr(args, k, None) for k in keys}}
 print("LAB_PREFLIGHT_RESULT " + json.dumps(out, default=str), flush=True)
 """ % (_RESOLVED,)
 
@@ -142,6 +162,49 @@ def format_table(report: PreflightReport, width: int = 70) -> str:
 # --------------------------------------------------------------------------- GPUs
 
 
+#: SGLang 0.5.23 pins torch 2.14.1 built for CUDA 13, which needs NVIDIA driver R580 or newer
+#: (CUDA 13.0 release notes: minimum driver 580.xx on Linux).
+MIN_DRIVER_MAJOR = 580
+
+
+def driver_check(version: str | None) -> Check:
+    """The NVIDIA driver branch against :data:`MIN_DRIVER_MAJOR`.
+
+    :param version: ``nvmlSystemGetDriverVersion()`` text such as ``"580.65.06"``; None when
+        NVML is unavailable (then ``skip``).
+    """
+    if version is None:
+        return Check("driver", SKIP, "no NVML: driver version unknown")
+    try:
+        major = int(str(version).split(".")[0])
+    except ValueError:
+        return Check("driver", WARN, f"unparseable driver version {version!r}")
+    if major < MIN_DRIVER_MAJOR:
+        return Check("driver", FAIL, f"NVIDIA driver {version} (R{major}); SGLang 0.5.23 runs torch 2.14.1 on "
+                     f"CUDA 13, which needs R{MIN_DRIVER_MAJOR} or newer",
+                     f"upgrade the node's NVIDIA driver to R{MIN_DRIVER_MAJOR}+ (docs/gpu-node.md)")
+    return Check("driver", OK, f"NVIDIA driver {version} (>= R{MIN_DRIVER_MAJOR}, CUDA 13)")
+
+
+def nvml_driver_version() -> str | None:
+    """The driver version from NVML, or None when NVML cannot be used."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        v = pynvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else str(v)
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
 def gpu_check(tp_size: int, nnodes: int = 1) -> Check:
     """GPU count, names and free memory (nvidia-ml-py) against ``tp_size / nnodes`` per node."""
     need = max(1, -(-tp_size // nnodes))
@@ -213,8 +276,12 @@ def argv_check(mode: str, flags: list[str], python: str = sys.executable,
     if not res["ok"]:
         return Check(name, FAIL, f"SGLang's parser rejected the launch flags: {res['error']}",
                      f"fix modes.{mode} / server.extra_args in params.yaml (flags as in SGLang 0.5.23)")
-    shown = ", ".join(f"{k}={v}" for k, v in res["resolved"].items() if v is not None)
-    return Check(name, OK, f"accepted by prepare_server_args; resolved {shown}")
+    shown = ", ".join(f"{k}={v}" for k, v in (res.get("values") or {}).items() if v is not None)
+    if not res.get("resolved"):
+        return Check(name, WARN, f"accepted by prepare_server_args, but SGLang's resolution failed here "
+                     f"({res.get('resolve_error')}); RAW INPUT, not what SGLang will run: {shown}",
+                     "run lab doctor on the GPU node with the model in the HF cache to see resolved values")
+    return Check(name, OK, f"accepted by prepare_server_args; resolved by resolve_once(): {shown}")
 
 
 # --------------------------------------------------------------------------- weights
@@ -316,19 +383,22 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
         from lab.emulator.profile import ProfileError, load_profile
         try:
             prof, path = load_profile(params.emulator.profile)
-            checks.append(Check("emulator", OK, f"profile {prof.name} v{prof.version} ({path})"))
+            checks.append(Check("emulator", OK, f"profile {prof.name} v{prof.version} ({path}); its timing models "
+                                f"SGLang build {prof.models_build.label!r}"))
         except ProfileError as exc:
             checks.append(Check("emulator", FAIL, str(exc), "set emulator.profile to a bundled name or a file"))
         return PreflightReport("emulator", checks + _cheap_checks(params, out))
     m = params.model
     checks.append(gpu_check(m.tp_size, getattr(params.server, "nnodes", 1)))
+    checks.append(driver_check(nvml_driver_version()))
     sg = sglang_check(python, timeout_s)
     checks.append(sg)
     for mode in modes:
         if sg.status == OK:
             checks.append(argv_check(mode, build_server_command(params, mode, python=python).flags, python, timeout_s))
         else:
-            checks.append(Check(f"argv[{mode}]", SKIP, "SGLang not importable: launch flags not checked"))
+            checks.append(Check(f"argv[{mode}]", SKIP, "SGLang not importable by this Python: launch flags not "
+                                "checked and values NOT resolved (resolution runs SGLang's own code)"))
     checks.append(weights_check("model", m.path))
     drafts = sorted({params.mode(n).draft_path or m.draft_path for n in modes if params.mode(n).is_speculative})
     for d in drafts:

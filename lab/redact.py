@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-__all__ = ["is_secret_name", "redact_env", "redact_argv", "redact_text", "argv_secrets", "REDACTED"]
+__all__ = ["is_secret_name", "redact_env", "redact_argv", "redact_text", "argv_secrets", "scrub_secrets", "REDACTED"]
 
 REDACTED = "***"
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
@@ -59,6 +59,18 @@ def redact_text(text: str, env: Mapping[str, str]) -> str:
         if is_secret_name(k) and v and len(v) >= 4:
             text = text.replace(v, REDACTED)
     return text
+
+
+def scrub_secrets(text: str, *envs: Mapping[str, str]) -> str:
+    """:func:`redact_text` over the lab's own environment (``os.environ``: a token exported
+    in the shell, as docs/gpu-node.md tells users, is inherited by the engine, which may print
+    it) and the extra mappings ``envs`` (the engine's added env, :func:`argv_secrets`)."""
+    import os
+
+    merged: dict[str, str] = dict(os.environ)
+    for env in envs:
+        merged.update(env)
+    return redact_text(text, merged)
 
 
 def argv_secrets(argv: list[str]) -> dict[str, str]:

@@ -62,6 +62,11 @@ MODE_FLAGS: dict[str, str] = {
 BASE_ENV = {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1", "SGLANG_RECORD_STEP_TIME": "1"}
 
 
+#: Read timeout of the confirming ``/health`` (SGLang answers within its 20 s
+#: ``SGLANG_HEALTH_CHECK_TIMEOUT``, ``entrypoints/http_server.py:218``).
+HEALTH_TIMEOUT_S = 30.0
+
+
 class ServerError(RuntimeError):
     """The engine could not be started, became unready, or its port is taken.
 
@@ -158,6 +163,13 @@ def build_server_command(
     env.update(mode.env)
     if mode.simulate_accept_length is not None:
         env["SGLANG_SIMULATE_ACC_LEN"] = str(mode.simulate_accept_length)
+        # SGLang's default simulated-token mode emits token id 100 at every position
+        # (speculative/spec_utils.py ~568), which the degenerate-output check would flag;
+        # real-draft-token keeps the real tokens and is allowed with topk 1
+        # (speculative/eagle_utils.py ~818-823). With topk > 1 SGLang refuses it, so the
+        # run keeps token 100 and its outputs are (correctly) reported degenerate.
+        if (mode.eagle_topk or 1) == 1:
+            env.setdefault("SGLANG_SIMULATE_ACC_TOKEN_MODE", "real-draft-token")
     if params.engine == "sglang":
         argv = [python, "-m", "sglang.launch_server", *flags]
     else:
@@ -248,17 +260,25 @@ def stop_stale_servers(state_dir: Path | None = None, *, log=print) -> list[int]
     """
     stopped = []
     for rec_path in sorted((state_dir or _state_dir()).glob("*.json")):
+        leader_gone = False
         try:
             rec = json.loads(rec_path.read_text())
             proc = psutil.Process(rec["pid"])
             same = abs(proc.create_time() - rec["create_time"]) < 1.0 and proc.cmdline() == rec["argv"]
-        except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError, KeyError, OSError):
+        except psutil.NoSuchProcess:
+            same, leader_gone = False, True
+        except (psutil.AccessDenied, ValueError, KeyError, OSError):
             same = False
-        if same and _owner_alive(rec):
-            continue  # a live run's engine: not stale
-        if same:
+        if (same or leader_gone) and _owner_alive(rec):
+            continue  # a live run's engine: not stale (its own stop() handles the group)
+        # The leader exited but a child of its group lives on (an SGLang crash leaves
+        # exactly that: a scheduler stuck in a CUDA call). Linux does not reuse a pid while a
+        # process group of that id exists, so the group's members are the recorded engine's.
+        orphans = leader_gone and _group_alive(rec["pgid"])
+        if same or orphans:
+            why = "owner" if same else "leader exited, a child lives on; owner"
             log(f"[lab] stopping stale engine process group {rec['pgid']} left by an earlier run "
-                f"(owner pid {rec.get('owner_pid')} is gone; port {rec.get('port')})")
+                f"({why} pid {rec.get('owner_pid')} is gone; port {rec.get('port')})")
             _kill_group(rec["pgid"], grace_s=10.0)
             stopped.append(rec["pgid"])
         rec_path.unlink(missing_ok=True)
@@ -307,9 +327,12 @@ def _kill_group(pgid: int, grace_s: float) -> bool:
 
 
 def log_tail(path: Path, n: int = 40) -> str:
-    """The last ``n`` lines of a log file ('' if absent)."""
+    """The last ``n`` lines of a log file ('' if absent), secret values of the environment
+    scrubbed (the tail goes into error messages, notebook outputs and result files)."""
+    from lab.redact import scrub_secrets
+
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+        return scrub_secrets("\n".join(path.read_text(errors="replace").splitlines()[-n:]))
     except OSError:
         return ""
 
@@ -323,10 +346,14 @@ class ServerProcess:
     :param command: from :func:`build_server_command`.
     :param log_path: stdout+stderr of the engine (``results/<mode>/server.log``).
     :param stop_grace_s: seconds between SIGTERM and SIGKILL.
+    :param nvml: NVML module for the GPU-memory wait (tests inject a fake; default pynvml).
+    :param gpu_free_timeout_s: how long a GPU engine's launch waits for the previous engine's
+        GPU memory (:mod:`lab.gpumem`).
     """
 
     def __init__(self, command: ServerCommand, log_path: str | os.PathLike[str], *,
-                 stop_grace_s: float = 20.0, state_dir: Path | None = None) -> None:
+                 stop_grace_s: float = 20.0, state_dir: Path | None = None, nvml=None,
+                 gpu_free_timeout_s: float = 120.0) -> None:
         self.command = command
         self.log_path = Path(log_path)
         self.stop_grace_s = stop_grace_s
@@ -335,15 +362,46 @@ class ServerProcess:
         self.proc: psutil.Popen | None = None
         self.started_at: float | None = None
         self.killed = False  # True once stop() needed SIGKILL
+        self.nvml = nvml  # NVML module (tests inject a fake); None: pynvml
+        self.gpu_free_timeout_s = gpu_free_timeout_s
+        self._gpu_baseline: list[int] | None = None
 
     @property
     def base_url(self) -> str:
         return self.command.base_url
 
+    def _gpu_state(self) -> Path:
+        return self.state_dir / "last_gpu_engine.state"  # not *.json: those are group records
+
+    def _wait_previous_gpu_memory(self) -> None:
+        """On a GPU engine: wait until NVML shows the previous engine's memory freed
+        (:mod:`lab.gpumem`); raises :class:`ServerError` naming the GPU if it is not."""
+        from lab.gpumem import GpuMemoryNotFreed, gpu_snapshot, wait_gpu_memory_freed
+
+        state = self._gpu_state()
+        try:
+            prev = json.loads(state.read_text())
+        except (OSError, ValueError):
+            prev = None
+        if prev:
+            try:
+                waited = wait_gpu_memory_freed(prev.get("pids", []), prev.get("baseline_used"), nvml=self.nvml,
+                                               timeout_s=self.gpu_free_timeout_s)
+            except GpuMemoryNotFreed as exc:
+                raise ServerError(str(exc)) from None
+            if waited > 1.0:
+                print(f"[lab] waited {waited:.1f} s for the previous engine's GPU memory to be freed", file=sys.stderr)
+            state.unlink(missing_ok=True)
+        snap = gpu_snapshot(self.nvml)
+        self._gpu_baseline = snap["used_bytes"] if snap else None
+
     def start(self) -> "ServerProcess":
-        """Launch the engine; raises :class:`ServerError` if its port is already taken."""
+        """Launch the engine; raises :class:`ServerError` if its port is already taken or
+        (GPU engine) the previous engine's GPU memory is not freed in time."""
         stop_stale_servers(self.state_dir)
         check_port_free(self.command.host, self.command.port)
+        if self.command.engine == "sglang":
+            self._wait_previous_gpu_memory()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.command.env, "PYTHONUNBUFFERED": "1"}
         warning = exposure_warning(self.command.host)
@@ -375,8 +433,29 @@ class ServerProcess:
         """True while the leader process has not exited."""
         return self.proc is not None and self.proc.poll() is None
 
+    def _probe(self) -> bool:
+        """One readiness probe. SGLang 0.5.23's ``/ready`` is cheap; its ``/health`` runs a
+        one-token generation and answers after >= 1 s (``http_server.py`` ~714-800), up to
+        ``SGLANG_HEALTH_CHECK_TIMEOUT`` (20 s). So: poll ``/ready``, and once it says 200
+        confirm with one ``/health`` (timeout 30 s) that a generation goes through. An engine
+        without ``/ready`` (404: an older build) is probed with ``/health`` alone."""
+        try:
+            with urllib.request.urlopen(self.base_url + "/ready", timeout=5) as resp:
+                if resp.status != 200:
+                    return False
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                return False
+        except (urllib.error.URLError, OSError):
+            return False
+        try:
+            with urllib.request.urlopen(self.base_url + "/health", timeout=HEALTH_TIMEOUT_S) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
     def wait_ready(self, timeout_s: float, *, poll_s: float = 0.25, on_poll=None) -> float:
-        """Block until ``GET /health`` answers 200; returns seconds since start.
+        """Block until the engine is ready (:meth:`_probe`); returns seconds since start.
 
         :param on_poll: called with the elapsed seconds on every poll (progress display).
         :raises ServerError: the process exited (message holds the log tail) or the
@@ -391,12 +470,8 @@ class ServerProcess:
                     f"engine exited with code {self.proc.returncode} after {elapsed:.1f} s before "
                     f"becoming ready. Log tail ({self.log_path}):\n{log_tail(self.log_path)}"
                 )
-            try:
-                with urllib.request.urlopen(self.base_url + "/health", timeout=5) as resp:
-                    if resp.status == 200:
-                        return elapsed
-            except (urllib.error.URLError, OSError):
-                pass
+            if self._probe():
+                return elapsed
             if on_poll is not None:
                 on_poll(elapsed)
             if time.perf_counter() > deadline:
@@ -411,6 +486,18 @@ class ServerProcess:
         """Stop the whole process group (SIGTERM, then SIGKILL after the grace period)."""
         if self.proc is None:
             return
+        if self.command.engine == "sglang":  # the next launch waits for these pids' GPU memory
+            pids = [self.proc.pid]
+            for p in psutil.process_iter():
+                try:
+                    if os.getpgid(p.pid) == self.proc.pid:
+                        pids.append(p.pid)
+                except (OSError, psutil.Error):
+                    continue
+            rec = {"pids": sorted(set(pids)), "baseline_used": self._gpu_baseline}
+            tmp = self._gpu_state().with_name(".last_gpu_engine.state.tmp")
+            tmp.write_text(json.dumps(rec))
+            os.replace(tmp, self._gpu_state())
         if _kill_group(self.proc.pid, self.stop_grace_s):
             self.killed = True
             try:
@@ -427,17 +514,17 @@ class ServerProcess:
         self._redact_log()
 
     def _redact_log(self) -> None:
-        """Scrub secret values (secret-named env variables, ``--api-key``-like flags) that
-        the engine itself printed (SGLang logs its server args) from ``server.log``, which
+        """Scrub secret values (secret-named variables of the lab's environment and of the
+        engine's added env, ``--api-key``-like flags) that the engine itself printed (SGLang logs its server args) from ``server.log``, which
         becomes an MLflow artifact."""
-        from lab.redact import argv_secrets, redact_text
+        from lab.redact import argv_secrets, scrub_secrets
 
-        secrets = {**self.command.env, **argv_secrets(self.command.argv)}
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return
-        clean = redact_text(text, secrets)
+        # the lab's environment too: HF_TOKEN exported in the shell reaches the engine
+        clean = scrub_secrets(text, self.command.env, argv_secrets(self.command.argv))
         if clean != text:
             tmp = self.log_path.with_name(f".{self.log_path.name}.tmp")
             tmp.write_text(clean)

@@ -14,7 +14,9 @@ lines so that this runs in CI):
 - ``The server is fired up and ready to roll!`` (``http_server.py``).
 
 Phase durations come from when the lab *observed* each boundary line (polling every
-~0.25 s), so they carry that resolution; ``startup_s`` is launch to ``/health`` = 200.
+~0.25 s), so they carry that resolution; ``startup_s`` is launch to the start of the
+readiness probe that succeeded (``/ready`` = 200, then confirmed by a ``/health`` whose
+one-token generation takes >= 1 s and is not counted; ``lab.server.ServerProcess._probe``).
 Phases: ``init_s`` (launch to first weight load), ``load_weights_s`` (first ``Load weight
 begin`` to last ``Load weight end`` before capture), ``cuda_graph_capture_s`` (first capture
 begin to last capture end), ``ready_s`` (from the last phase boundary to readiness).

@@ -32,12 +32,31 @@ def _free_port() -> int:
 
 def test_effective_config_from_sglang_server_info():
     info = json.loads((FX / "server_info_eagle3_c1_after.json").read_text())
-    eff = effective_config(info)
+    assert info["cuda_graph_bs_decode"] is None and info["prefill_attention_backend"] is None  # 0.5.23 shape
+    log = ("[2026-01-05 10:00:00 TP0] Capture target verify CUDA graph end. bs=[1, 2, 4, 8], elapsed=1.00 s, "
+           "mem usage=1.20 GB, avail mem=18.90 GB.\n")
+    eff = effective_config(info, log)
     assert eff["speculative_num_draft_tokens"] == 3
-    assert eff["verify_attention_backend"] == "fa3"  # prefill mode -> prefill backend
-    assert eff["cuda_graph_bs_decode"] == [1, 2, 4, 8, 12, 16, 24, 32, 40, 48]
+    assert eff["verify_attention_backend"] == "fa3"  # prefill backend null -> attention_backend
+    assert eff["cuda_graph_bs_decode"] == [*range(1, 9), *range(10, 33, 2), 40, 44, 48]  # cuda_graph_config.decode.bs
+    assert eff["captured_cuda_graph_bs"] == [1, 2, 4, 8]  # what the log says was captured
     assert eff["max_running_requests"] == 48 and eff["effective_max_running_requests"] == 48
-    assert eff["disable_cuda_graph"] is False
+    assert eff["disable_cuda_graph"] is False and eff["decode_cuda_graph_disabled"] is False
+    assert eff["engine_version"] == "0.5.23"
+    off = effective_config({**info, "cuda_graph_backend_decode": "disabled",
+                            "cuda_graph_config": {"decode": {"backend": "disabled", "bs": [1]}}})
+    assert off["decode_cuda_graph_disabled"] is True and off["disable_cuda_graph"] is False
+
+
+def test_identical_notice_only_where_the_build_makes_the_mode_pick_a_backend_only():
+    """Issue 12 item 7: in 0.5.23 two modes with the same backends run the same code; in the
+    seeds' older build (the emulator's default profile) the attention mode changes the verify
+    path, so no "identical" notice even where every resolved key matches."""
+    info = json.loads((FX / "server_info_eagle3_c1_after.json").read_text())
+    dec = {**info, "speculative_attention_mode": "decode"}
+    assert identical_modes({"p": effective_config(info), "d": effective_config(dec)}) == [["p", "d"]]
+    old = {"version": "seeds-build (older than 0.5.23)", "emulator_models_build": "seeds-build (older than 0.5.23)"}
+    assert identical_modes({"p": effective_config({**info, **old}), "d": effective_config({**dec, **old})}) == []
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +93,38 @@ def test_backend_per_mode_reaches_emulator_server_info(emulator_configs):
     assert emulator_configs["decode_a"]["verify_attention_backend"] == "fa3"
     assert emulator_configs["baseline"]["verify_attention_backend"] is None
     assert emulator_configs["decode_a"]["cuda_graph_bs_decode"][-1] == 48
+    assert emulator_configs["decode_a"]["decode_attention_backend"] is None  # null unless set (0.5.23)
+
+
+def test_emulator_names_the_modelled_build_and_notice_follows_it(tmp_path):
+    """The default profile models the seeds' older build: /server_info says so, and the two
+    EAGLE-3 modes are never called identical although their resolved arguments match; the
+    0.5.23-faithful profile is called identical (graph-captured verify in both modes)."""
+    base = load_params(ROOT / "params.yaml")
+    out = {}
+    for prof in ("kimi_k25_tp8_pcie", "kimi_k25_tp8_h200_0523"):
+        params = load_params(ROOT / "params.yaml", overrides={
+            "server": {**base.server.model_dump(), "port": _free_port()},
+            "emulator": {**base.emulator.model_dump(), "startup_delay_s": 0.0, "profile": prof}})
+        for mode in ("eagle3_prefill", "eagle3_decode"):
+            with ServerProcess(build_server_command(params, mode), tmp_path / f"{prof}-{mode}.log",
+                               state_dir=tmp_path) as srv:
+                srv.wait_ready(60)
+                info = client.fetch_json(srv.base_url + "/server_info")
+            log = (tmp_path / f"{prof}-{mode}.log").read_text()
+            out[(prof, mode)] = (info, log, effective_config(info, log))
+    info, log, eff = out[("kimi_k25_tp8_pcie", "eagle3_prefill")]
+    assert info["version"] != "0.5.23" and "older than 0.5.23" in info["emulator_models_build"]
+    assert info["emulator_models_build"] in log  # log and /server_info agree
+    assert "Capture target verify CUDA graph" not in log  # this build runs prefill-mode verify eagerly
+    assert eff["captured_cuda_graph_bs"] is None
+    assert "Capture target verify CUDA graph end" in out[("kimi_k25_tp8_pcie", "eagle3_decode")][1]
+    old = {m: out[("kimi_k25_tp8_pcie", m)][2] for m in ("eagle3_prefill", "eagle3_decode")}
+    assert identical_modes(old) == []
+    new = {m: out[("kimi_k25_tp8_h200_0523", m)][2] for m in ("eagle3_prefill", "eagle3_decode")}
+    assert out[("kimi_k25_tp8_h200_0523", "eagle3_prefill")][0]["version"] == "0.5.23"
+    assert all(e["captured_cuda_graph_bs"] == e["cuda_graph_bs_decode"] for e in new.values())
+    assert identical_modes(new) == [["eagle3_prefill", "eagle3_decode"]]
 
 
 def test_identical_notice_when_two_modes_resolve_alike(emulator_configs):

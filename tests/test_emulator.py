@@ -38,7 +38,7 @@ PHYSICS_RATIO_3_OVER_1 = 9.399 / 6.16  # /work/shared/physics-h200.json graph_ms
 DECODE_LINE = re.compile(
     r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] Decode batch, #running-req: \d+, #token: \d+, token usage: \d+\.\d\d, "
     r"(accept len: \d+\.\d\d, accept rate: \d+\.\d\d, )?cuda graph: (True|False), gen throughput \(token/s\): \d+\.\d\d, "
-    r"#queue-req: \d+$"
+    r"#queue-req: \d+(, fwd occupancy: \d+\.\d\d%, fwd\+idle occupancy: \d+\.\d\d%)?$"
 )
 
 
@@ -199,7 +199,7 @@ class Server:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"emulator exited {self.proc.returncode}: {self.log_path.read_text()}")
                 try:
-                    async with s.get(self.url + "/health") as r:
+                    async with s.get(self.url + "/ready") as r:
                         if r.status == 200:
                             return
                 except aiohttp.ClientError:
@@ -240,9 +240,12 @@ async def _scrape(session: aiohttp.ClientSession, url: str) -> dict[tuple[str, t
     async with session.get(url + "/metrics") as r:
         text = await r.text()
     out = {}
+    rank_labels = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            out[(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "model_name")))] = s.value
+            if s.labels.get("tp_rank", "0") != "0":  # every TP rank exports its own series
+                continue
+            out[(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in rank_labels)))] = s.value
     return out
 
 
@@ -413,3 +416,98 @@ def test_baseline_server_and_sigterm(servers):
     assert time.monotonic() - t0 < 1.0
     truth = load_truth(srv.truth_path)
     assert {"base-0"} <= set(truth.requests) and len(truth.requests) == 3
+
+
+def _run_engine(tmp_path, name: str, argv: list[str], reqs: list[Request], *, simulate: float | None = None,
+                metrics: EmulatorMetrics | None = None):
+    import logging
+
+    args, _ = parse_args(["--emulator-profile", "fast", *argv])
+    prof, _ = load_profile("fast")
+    events: list = []
+    truth = TruthWriter(tmp_path / f"{name}.jsonl")
+    truth.write({"kind": "header", "profile": {}, "argv": argv, "pid": os.getpid()})
+    eng = Engine(args, prof, deliver=events.extend, metrics=metrics or EmulatorMetrics("m", True, args.tp_size),
+                 truth=truth, log=logging.getLogger("test-emulator-" + name), simulate_acc_len=simulate)
+    eng.start()
+    for r in reqs:
+        eng.submit(r)
+    t0 = time.monotonic()
+    while sum(ev["finished"] for _, ev in events) < len(reqs) and time.monotonic() - t0 < 10:
+        time.sleep(0.01)
+    eng.stop()
+    truth.close()
+    return load_truth(tmp_path / f"{name}.jsonl")
+
+
+SPEC = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d", "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "1", "--decode-log-interval", "1000"]
+
+
+def test_accept_draws_are_a_function_of_seed_prompt_repeat_position(tmp_path):
+    """Issue 13 item 6: both modes see the same accept lengths whatever warm-up and batch order."""
+    from lab.emulator.http import accept_key
+
+    def reqs(mode: str, order: list[int]) -> list[Request]:
+        return [Request(rid=f"{mode}-c4-r1-{i}", prompt_tokens=8, max_new_tokens=40,
+                        accept_key=accept_key(0, f"prompt {i}", f"{mode}-c4-r1-{i}")) for i in order]
+
+    warm = [Request(rid=f"w{i}", prompt_tokens=8, max_new_tokens=20, accept_key=accept_key(0, "warm", f"w{i}"))
+            for i in range(3)]
+    a = _run_engine(tmp_path, "a", SPEC + ["--speculative-attention-mode", "prefill"], reqs("eagle3_prefill", [0, 1, 2, 3]))
+    b = _run_engine(tmp_path, "b", SPEC + ["--speculative-attention-mode", "decode", "--max-running-requests", "2"],
+                    warm + reqs("eagle3_decode", [3, 1, 0, 2]))
+    ta, tb = a.tokens_by_rid(), b.tokens_by_rid()
+    for i in range(4):
+        assert ta[f"eagle3_prefill-c4-r1-{i}"] == tb[f"eagle3_decode-c4-r1-{i}"]
+    assert len({tuple(v) for k, v in ta.items()}) > 1  # draws differ between prompts
+    c = _run_engine(tmp_path, "c", SPEC, [Request(rid="eagle3_prefill-c4-r2-0", prompt_tokens=8, max_new_tokens=40,
+                                                  accept_key=accept_key(0, "prompt 0", "eagle3_prefill-c4-r2-0"))])
+    assert c.tokens_by_rid()["eagle3_prefill-c4-r2-0"] != ta["eagle3_prefill-c4-r1-0"]  # another repeat
+    # SGLANG_SIMULATE_ACC_LEN: one draw per step for the whole batch (spec_utils.py ~505-559)
+    s = _run_engine(tmp_path, "s", SPEC, [Request(rid=f"s{i}", prompt_tokens=8, max_new_tokens=60) for i in range(4)],
+                    simulate=2.5)
+    spec_its = [it for it in s.iterations if it["kind"] == "spec" and len(it["tokens"]) == 4]
+    assert spec_its and all(len(set(it["tokens"].values())) == 1 for it in spec_its if
+                            all(v < 4 for v in it["tokens"].values()))
+    assert {n for it in spec_its for n in it["tokens"].values()} >= {2, 3}
+
+
+def test_eager_draft_is_booked_as_decode_and_extend(tmp_path):
+    """Issue 12 item 1: above the captured batch size the draft runs eagerly, booked as
+    ``decode``/``extend`` (eagle_worker_v2.py ~693-715, eager_runner.py ~261, ~342-350); the
+    ground truth still counts it as draft time; every TP rank exports its series."""
+    from lab.metrics import parse_prometheus, server_timing
+
+    m = EmulatorMetrics("m", True, tp_size=4)
+    before = m.render().decode()
+    t = _run_engine(tmp_path, "e", SPEC + ["--cuda-graph-max-bs-decode", "1", "--tp-size", "4"],
+                    [Request(rid=f"e{i}", prompt_tokens=8, max_new_tokens=n) for i, n in enumerate((10, 20, 60))], metrics=m)
+    spec = [it for it in t.iterations if it["kind"] == "spec"]
+    eager = [it for it in spec if it["batch"] > 1]
+    graphed = [it for it in spec if it["batch"] == 1]
+    assert eager and graphed
+    assert all(set(it["booked_s"]) == {"decode", "target_verify", "extend"} for it in eager)
+    assert all(set(it["booked_s"]) == {"eagle_draft", "target_verify", "eagle_draft_extend"} for it in graphed)
+    assert all(it["draft_s"] == pytest.approx(it["booked_s"]["decode"] + it["booked_s"]["extend"]) for it in eager)
+    after = m.render().decode()
+    assert parse_prometheus(after).label_values("sglang:cuda_graph_passes_total", "tp_rank") == ["0", "1", "2", "3"]
+    st = server_timing(before, after, speculative=True)
+    assert st["decode_iterations"] == len(spec)  # one rank's count, not 4x
+    assert st["draft_incomplete"] is True
+    truth_draft_ms = sum(it["booked_s"].get("eagle_draft", 0) + it["booked_s"].get("decode", 0) +
+                         it["booked_s"].get("eagle_draft_extend", 0) for it in spec) * 1e3 / len(spec)
+    # draft_ms holds every draft step (graph or eager); only eager draft-extend (in "extend",
+    # mixed with prefill) is missing, which draft_incomplete says
+    assert st["draft_ms"] == pytest.approx(truth_draft_ms, rel=1e-6)
+
+
+def test_startup_log_captures_verify_graph_only_where_the_profile_replays_it():
+    from lab.emulator.sglog import startup_lines
+
+    kw = dict(speculative=True, graph_bs=[1, 2], disable_cuda_graph=False, backend="full", num_tokens_per_req=3)
+    eager = [m for _, m in startup_lines(**kw, verify_graph=False)]
+    graphed = [m for _, m in startup_lines(**kw, verify_graph=True)]
+    assert not any("Capture target verify" in m for m in eager)
+    assert any(m.startswith("Capture draft decode CUDA graph begin") for m in eager)
+    assert any(m.startswith("Capture target verify CUDA graph end. bs=[1, 2]") for m in graphed)

@@ -211,3 +211,85 @@ def test_summarize_run_all_failed():
     assert s["ok"] == 0 and s["not_sent"] == 1 and s["error_rate"] == 1.0
     assert s["p50_ttft_ms"] is None and s["accept_length"] is None and s["verify_ms"] is None
     assert s["output_tok_s"] == 0.0
+
+
+def _prom(rows: dict[tuple[str, str, int], float]) -> str:
+    """Exposition text with SGLang 0.5.23's scheduler labels (metrics_collector.py ~1383-1387)."""
+    out = []
+    for (name, lv, rank), v in rows.items():
+        key, val = lv.split("=")
+        out.append(f'{name}{{{key}="{val}",engine_type="unified",model_name="k",moe_ep_rank="0",pp_rank="0",'
+                   f'tp_rank="{rank}"}} {v}')
+    return "\n".join(out) + "\n"
+
+
+def test_server_timing_counts_one_tp_rank_and_books_eager_draft_as_draft():
+    """Issue 12 items 1 and 6: 8 TP ranks export identical series; an eager draft is
+    timed as ``decode`` (eagle_worker_v2.py ~693-715), which is draft time under speculation."""
+    FS, CG = "sglang:forward_execution_seconds_total", "sglang:cuda_graph_passes_total"
+    after = {}
+    for rank in range(8):
+        after.update({(FS, "category=target_verify", rank): 2.0, (FS, "category=eagle_draft", rank): 0.05,
+                      (FS, "category=eagle_draft_extend", rank): 0.03, (FS, "category=decode", rank): 0.2,
+                      (CG, "mode=decode_cuda_graph", rank): 80.0, (CG, "mode=decode_none", rank): 20.0})
+    st = server_timing("", _prom(after))
+    assert st["decode_iterations"] == 100.0  # not 800
+    assert st["verify_ms"] == pytest.approx(20.0)
+    assert st["draft_ms"] == pytest.approx((0.05 + 0.03 + 0.2) * 10)  # eager draft steps included
+    assert st["decode_ms"] is None
+    assert st["gpu_cycle_ms"] == pytest.approx(22.8)
+    assert st["draft_incomplete"] is True  # eager draft-extend hides in "extend"
+    assert st["deltas"]["tp_rank"] == "0"
+    graphed = {k: v for k, v in after.items() if "decode_none" not in k[1] and "category=decode" != k[1]}
+    st2 = server_timing("", _prom(graphed))
+    assert st2["draft_incomplete"] is False and st2["draft_ms"] == pytest.approx(0.8 / 0.8)
+    # an eager *verify* (the seeds' build: decode_none passes) with a graphed draft is complete
+    eager_verify = {k: v for k, v in after.items() if k[1] != "category=decode"}
+    assert server_timing("", _prom(eager_verify))["draft_incomplete"] is False
+    # draft-extend not graphed (SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH): its time is in "extend"
+    no_ext = {k: v for k, v in graphed.items() if k[1] != "category=eagle_draft_extend"}
+    no_ext.update({(FS, "category=extend", r): 0.5 for r in range(8)})
+    assert server_timing("", _prom(no_ext))["draft_incomplete"] is True
+    base = {(FS, "category=decode", r): 1.2 for r in range(8)} | {(CG, "mode=decode_cuda_graph", r): 100.0 for r in range(8)}
+    b = server_timing("", _prom(base))
+    assert b["decode_ms"] == pytest.approx(12.0) and b["draft_ms"] is None and b["decode_iterations"] == 100.0
+
+
+def test_server_step_ms_not_biased_by_the_idle_gap_before_a_window():
+    """Issue 12 item 5: SGLang's step clock is not reset while idle (metrics_reporter.py ~942),
+    so the window's first step_time_dict entry spans the idle gap; the median ignores it."""
+    from lab.metrics import summarize_run
+
+    before = {"internal_states": [{"step_time_dict": {"1": [0.0121] * 3}}]}
+    # first new entry: 40 iterations of 12 ms plus 2 s idle, spread over the interval of 40
+    after = {"internal_states": [{"step_time_dict": {"1": [0.0121] * 3 + [(40 * 0.012 + 2.0) / 40] + [0.012] * 6}}]}
+    steps = step_time_ms(before, after)
+    rec = {"rid": "r", "ok": True, "t_send": 0.0, "t_dispatch": 0.0, "t_end": 1.0, "chunks": [[0.1, 1], [0.112, 1]],
+           "completion_tokens": 2, "meta": {"completion_tokens": 2}}
+    s = summarize_run([rec], wall_s=1.0, server={"step_time_ms": steps})
+    assert s["server_step_ms"] == pytest.approx(12.0)  # the mean would read 19.1
+    assert s["server_step_entries"] == 7
+
+
+def test_incomplete_draft_time_is_a_run_warning():
+    from lab.hygiene import hygiene_warnings
+
+    runs = [{"concurrency": 8, "repeat": 0, "server": {"draft_incomplete": True}},
+            {"concurrency": 1, "repeat": 0, "server": {"draft_incomplete": False}}]
+    w = hygiene_warnings(runs, None)
+    assert len(w) == 1 and "draft_ms is incomplete at c=8 repeat 0" in w[0]
+    assert hygiene_warnings(runs[1:], None) == []
+
+
+def test_server_timing_with_dp_ranks_sums_one_tp_rank_per_dp_group():
+    """With data-parallel attention each DP group runs its own batches (label dp_rank,
+    metrics_collector.py ~1390): one TP rank per group, summed over groups."""
+    CG = "sglang:cuda_graph_passes_total"
+    lines = []
+    for dp, tps, n in (("0", ("0", "1"), 30.0), ("1", ("2", "3"), 50.0)):
+        for tp in tps:
+            lines.append(f'{CG}{{dp_rank="{dp}",engine_type="unified",mode="decode_cuda_graph",model_name="k",'
+                         f'moe_ep_rank="0",pp_rank="0",tp_rank="{tp}"}} {n}')
+    st = server_timing("", "\n".join(lines) + "\n")
+    assert st["decode_iterations"] == 80.0  # 30 + 50, not 160
+    assert st["deltas"]["rank_selectors"] == [{"tp_rank": "0", "dp_rank": "0"}, {"tp_rank": "2", "dp_rank": "1"}]

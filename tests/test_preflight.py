@@ -43,12 +43,20 @@ class ServerArgs:
     decode_attention_backend: str | None = None
 
     def __post_init__(self):
+        """0.5.23: construction leaves the record unresolved (server_args.py ~241-242)."""
+
+    def resolve_once(self):
+        """Like 0.5.23's resolution: the topk-1 rewrite (speculative_hook.py ~1255-1266) and
+        the attention backend (MLA on Hopper: fa3); per-phase backends stay null unless set."""
+        self._resolved = {k: getattr(self, k) for k in FIELDS}
         if self.speculative_algorithm and self.speculative_eagle_topk == 1:
-            self.speculative_num_draft_tokens = self.speculative_num_steps + 1  # SGLang's rewrite
+            self._resolved["speculative_num_draft_tokens"] = self.speculative_num_steps + 1
         if self.attention_backend is None:
-            self.attention_backend = "fa3"
-        self.prefill_attention_backend = self.prefill_attention_backend or self.attention_backend
-        self.decode_attention_backend = self.decode_attention_backend or self.attention_backend
+            self._resolved["attention_backend"] = "fa3"
+        self._resolved["cuda_graph_config"] = {"decode": {"backend": "full", "bs": [1, 2, 48]}}
+
+    def resolved_dict(self):
+        return dict(self._resolved)
 
 FIELDS = ("model_path", "tp_size", "speculative_algorithm", "speculative_num_steps",
           "speculative_eagle_topk", "speculative_num_draft_tokens", "speculative_attention_mode",
@@ -129,9 +137,15 @@ def test_argv_check_accepts_with_fake_sglang(params, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(_fake_sglang(tmp_path, _ACCEPTING)))
     assert sglang_check(sys.executable, 60).status == OK
     flags = build_server_command(params, "eagle3_decode").flags
+    i = flags.index("--speculative-num-draft-tokens")
+    flags = flags[: i + 1] + ["5"] + flags[i + 2:]  # raw input 5; SGLang runs 3 (topk 1)
     c = argv_check("eagle3_decode", flags, sys.executable, 60)
     assert c.status == OK, c.detail
-    assert "speculative_num_draft_tokens=3" in c.detail and "decode_attention_backend=fa3" in c.detail
+    assert "resolved by resolve_once()" in c.detail
+    assert "speculative_num_draft_tokens=3" in c.detail and "attention_backend=fa3" in c.detail
+    assert "speculative_num_draft_tokens=5" not in c.detail
+    assert "decode_attention_backend=" not in c.detail  # null unless set, as in 0.5.23
+    assert "cuda_graph_config.decode.bs=[1, 2, 48]" in c.detail
     bad = argv_check("x", flags + ["--no-such-flag"], sys.executable, 60)
     assert bad.status == FAIL and "SGLang's parser rejected" in bad.detail
 
@@ -201,3 +215,19 @@ def test_run_mode_stops_in_seconds_on_failed_preflight(tmp_path, monkeypatch):
     assert res["preflight"]["ok"] is False and "NOT READY" in res["preflight"]["verdict"]
     assert not (out / "server.log").exists()  # nothing was launched
     assert base.engine == "emulator"
+
+
+def test_argv_check_says_raw_input_when_resolution_cannot_run(params, tmp_path, monkeypatch):
+    src = _ACCEPTING.replace('        """Like 0.5.23', '        raise RuntimeError("no CUDA device")\n        """Like 0.5.23')
+    monkeypatch.setenv("PYTHONPATH", str(_fake_sglang(tmp_path, src)))
+    c = argv_check("eagle3_decode", build_server_command(params, "eagle3_decode").flags, sys.executable, 60)
+    assert c.status == "warn" and "RAW INPUT" in c.detail and "no CUDA device" in c.detail
+
+
+def test_driver_check_needs_r580():
+    from lab.preflight import driver_check
+
+    assert driver_check("580.65.06").status == OK
+    old = driver_check("550.127.05")
+    assert old.status == FAIL and "R580" in old.fix and "CUDA 13" in old.detail
+    assert driver_check(None).status == SKIP

@@ -20,9 +20,10 @@ from aiohttp import web
 from lab.emulator.args import parse_args
 from lab.emulator.engine import Engine
 from lab.emulator.faults import FaultError, Faults, parse_faults
-from lab.emulator.http import AppState, build_app, dispatch_events
+from lab.emulator.http import SGLANG_VERSION, AppState, build_app, dispatch_events, reported_version
 from lab.emulator.metrics import EmulatorMetrics
 from lab.emulator.profile import ProfileError, load_profile
+from lab.emulator.proctree import CHILD_NAMES, spawn_children
 from lab.emulator.sglog import log_startup, setup_logging
 from lab.emulator.truth import TruthWriter
 from lab.redact import redact_argv
@@ -58,7 +59,9 @@ async def _serve(args, profile, profile_path, truth: TruthWriter, metrics: Emula
     engine = Engine(args, profile, deliver=deliver, metrics=metrics, truth=truth, log=log,
                     simulate_acc_len=sim, record_step_time=_env_bool("SGLANG_RECORD_STEP_TIME"))
     state = AppState(args=args, profile=profile, profile_path=profile_path, engine=engine, metrics=metrics,
-                     startup_time=time.time(), faults=faults)
+                     startup_time=time.time(), faults=faults,
+                     fixed_sim_tokens=bool(sim and sim > 0 and args.is_speculative
+                                           and os.environ.get("SGLANG_SIMULATE_ACC_TOKEN_MODE", "fixed") != "real-draft-token"))
     runner = web.AppRunner(build_app(state), handle_signals=False, access_log=None)
     await runner.setup()
     stop = asyncio.Event()
@@ -105,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     except FaultError as exc:
         log.error(str(exc))
         return 2
+    # SGLang's process tree (scheduler per TP rank + detokenizer), forked before any thread
+    children = spawn_children(args.tp_size, orphan_rank0=faults.orphan_child)
+    log.info(f"emulator process tree: launcher pid {os.getpid()}, children {children} "
+             f"({', '.join(CHILD_NAMES(args.tp_size))}) in process group {os.getpgid(0)}")
     faults.on_process_start(log)
     try:
         profile, profile_path = load_profile(args.emulator_profile)
@@ -112,14 +119,17 @@ def main(argv: list[str] | None = None) -> int:
         log.error(str(exc))
         return 2
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    log.info(f"engine=emulator profile={profile.name} v{profile.version} ({profile_path}); no GPU is used")
+    log.info(f"engine=emulator profile={profile.name} v{profile.version} ({profile_path}); no GPU is used; "
+             f"timing models SGLang build {profile.models_build.label!r} (reported version "
+             f"{reported_version(profile)!r}); HTTP surfaces of SGLang {SGLANG_VERSION}")
     truth = TruthWriter(args.ground_truth_file)
     truth.write({"kind": "header", "profile": {**profile.model_dump(), "path": str(profile_path)},
                  "argv": redact_argv(argv), "pid": os.getpid(), "server_args": args.to_dict()}, flush=True)
-    metrics = EmulatorMetrics(args.served_model_name, _env_bool("SGLANG_ENABLE_METRICS_DEVICE_TIMER"))
-    log_startup(log, args.emulator_startup_delay_s, speculative=args.is_speculative, graph_bs=args.cuda_graph_bs_decode,
-                disable_cuda_graph=args.disable_cuda_graph, backend="full",
-                num_tokens_per_req=args.speculative_num_draft_tokens or 1)
+    metrics = EmulatorMetrics(args.served_model_name, _env_bool("SGLANG_ENABLE_METRICS_DEVICE_TIMER"), args.tp_size)
+    log_startup(log, args.emulator_startup_delay_s, speculative=args.is_speculative, graph_bs=args.decode_graph_bs,
+                disable_cuda_graph=not args.decode_graph_bs, backend=args.cuda_graph_config["decode"]["backend"],
+                num_tokens_per_req=args.speculative_num_draft_tokens or 1,
+                verify_graph=not args.is_speculative or profile.verify_graph_captured(args.speculative_attention_mode))
     faults.on_loaded(log)
     try:
         asyncio.run(_serve(args, profile, profile_path, truth, metrics, log, faults))

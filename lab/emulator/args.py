@@ -7,7 +7,10 @@
   ``num_steps + 1`` (SGLang ``arg_groups/fields/spec.py`` resolution hook);
 - with speculation and no ``--max-running-requests`` the cap is 48 (DESIGN.md, SGLang
   facts); without speculation and no flag it is unlimited (reported as 4096 here);
-- attention backends default to ``fa3`` (Kimi-K2.5 MLA on H200 in SGLang 0.5.23).
+- ``attention_backend`` defaults to ``fa3`` (Kimi-K2.5 MLA on H200 in SGLang 0.5.23);
+  ``prefill_attention_backend`` / ``decode_attention_backend`` stay null unless set;
+- decode CUDA graphs resolve into ``cuda_graph_config.decode`` (``backend``, ``max_bs``,
+  ``bs``) while ``cuda_graph_bs_decode`` keeps the raw input (null unless set).
 
 Unknown flags are returned (the caller logs them) rather than rejected, so the same argv
 works for SGLang and the emulator.
@@ -19,16 +22,32 @@ import argparse
 import dataclasses
 from typing import Any
 
-__all__ = ["ServerArgs", "parse_args", "build_parser", "SPEC_MAX_RUNNING_CAP", "DEFAULT_ATTENTION_BACKEND"]
+__all__ = ["ServerArgs", "parse_args", "build_parser", "SPEC_MAX_RUNNING_CAP", "DEFAULT_ATTENTION_BACKEND",
+           "decode_graph_batch_sizes"]
 
 SPEC_MAX_RUNNING_CAP = 48  # source: DESIGN.md "SGLang 0.5.23 facts": speculative servers cap at 48
 NO_SPEC_MAX_RUNNING = 4096  # emulator stand-in for "bounded by KV pool only"
 DEFAULT_ATTENTION_BACKEND = "fa3"  # source: DESIGN.md: Kimi-K2.5 (MLA) on H200 uses fa3
 
 
-# Decode CUDA-graph batch sizes the emulator reports as captured (SGLang captures a
-# similar ladder up to --cuda-graph-max-bs-decode).
-GRAPH_BS_CANDIDATES = (1, 2, 4, 8, 16, 24, 32, 40, 48, 64, 128, 256)
+
+
+def decode_graph_batch_sizes(max_bs: int, speculative: bool) -> list[int]:
+    """SGLang 0.5.23's decode CUDA-graph batch sizes for ``max_bs`` (no padding flag).
+
+    Copied from ``arg_groups/cuda_graph_hook.py`` ~500-533
+    (``generate_decode_cuda_graph_batch_sizes``); ``tests/test_sglang_contract.py`` runs
+    SGLang's own function and compares. Speculative, max 48: 1..8, 10..32 step 2, 40, 44, 48.
+    """
+    if not speculative:
+        bs = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, max_bs + 1, 32))
+    else:
+        bs = (list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4)) + list(range(72, 257, 8))
+              + list(range(272, max_bs + 1, 16)))
+    bs = [b for b in bs if b <= max_bs]
+    if max_bs not in bs:
+        bs.append(max_bs)
+    return bs
 
 
 @dataclasses.dataclass
@@ -42,9 +61,11 @@ class ServerArgs:
     trust_remote_code: bool
     mem_fraction_static: float | None
     max_running_requests: int
-    cuda_graph_max_bs_decode: int
-    cuda_graph_bs_decode: list[int]
+    cuda_graph_max_bs_decode: int | None
+    cuda_graph_bs_decode: list[int] | None  # raw input; null unless set, as in 0.5.23
     disable_cuda_graph: bool
+    cuda_graph_backend_decode: str | None
+    cuda_graph_config: dict[str, dict[str, Any]]  # resolved: {"decode": {backend, max_bs, bs}, "prefill": {...}}
     enable_metrics: bool
     decode_log_interval: int
     context_length: int
@@ -56,8 +77,8 @@ class ServerArgs:
     speculative_attention_mode: str
     speculative_draft_attention_backend: str | None
     attention_backend: str
-    prefill_attention_backend: str
-    decode_attention_backend: str
+    prefill_attention_backend: str | None  # null unless set (0.5.23 resolves attention_backend only)
+    decode_attention_backend: str | None
     served_model_name: str
     random_seed: int
     emulator_profile: str
@@ -70,6 +91,17 @@ class ServerArgs:
     @property
     def is_speculative(self) -> bool:
         return self.speculative_algorithm is not None
+
+    @property
+    def decode_graph_bs(self) -> list[int]:
+        """Captured decode batch sizes ([] when decode graphs are disabled)."""
+        dec = self.cuda_graph_config["decode"]
+        return [] if dec["backend"] == "disabled" else list(dec["bs"] or [])
+
+    def verify_backend(self) -> str:
+        """The attention backend serving target-verify in this attention mode."""
+        per_mode = self.prefill_attention_backend if self.speculative_attention_mode == "prefill" else self.decode_attention_backend
+        return per_mode or self.attention_backend
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -87,7 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--mem-fraction-static", type=float, default=None)
     a("--max-running-requests", type=int, default=None)
     a("--cuda-graph-max-bs-decode", type=int, default=None)
-    a("--disable-cuda-graph", action="store_true")
+    a("--disable-cuda-graph", action="store_true", help="deprecated in SGLang 0.5.23")
+    a("--disable-decode-cuda-graph", action="store_true")
+    a("--cuda-graph-backend-decode", default=None, choices=["full", "breakable", "disabled"])
+    a("--cuda-graph-bs-decode", type=int, nargs="+", default=None)
     a("--enable-metrics", action="store_true")
     a("--decode-log-interval", type=int, default=40)
     a("--context-length", type=int, default=None)
@@ -113,6 +148,31 @@ def build_parser() -> argparse.ArgumentParser:
     a("--emulator-output", default="random", choices=["random", "loop"],
       help="generated text: random words (default) or a looping phrase (tests the degenerate-output check)")
     return p
+
+
+def _cuda_graph_config(ns: argparse.Namespace, spec: bool, max_running: int) -> dict[str, dict[str, Any]]:
+    """Resolved ``cuda_graph_config`` as 0.5.23's ``resolved_dict()`` shows it (the fields of
+    ``model_executor/cuda_graph_config.py`` ``PhaseConfig``), with the precedence of
+    ``cuda_graph_hook.py:parse_cuda_graph_config`` ~56-79 (legacy ``--disable-cuda-graph`` <
+    ``--disable-decode-cuda-graph`` < ``--cuda-graph-backend-decode``) and the max-bs default
+    of ``memory_hook.py`` ~179-188 (160 without GPU-memory info, capped at
+    ``max_running_requests``; the emulator has no GPU memory to size it from)."""
+    backend = "full"
+    if ns.disable_cuda_graph or ns.disable_decode_cuda_graph:
+        backend = "disabled"
+    if ns.cuda_graph_backend_decode is not None:
+        backend = ns.cuda_graph_backend_decode
+    if ns.cuda_graph_bs_decode:
+        bs = sorted(ns.cuda_graph_bs_decode)
+        max_bs = max(bs)
+    else:
+        max_bs = ns.cuda_graph_max_bs_decode or min(160, max_running)
+        bs = decode_graph_batch_sizes(max_bs, spec)
+    phase = {"tc_compiler": "eager", "max_context_size": None, "full_prefill_max_req": None,
+             "full_prefill_prefix_chunk_tokens": None, "max_seq_len": None}
+    return {"decode": {"backend": backend, "max_bs": max_bs, "bs": bs, **phase},
+            "prefill": {"backend": "disabled" if ns.disable_cuda_graph else "breakable", "max_bs": None, "bs": None,
+                        **phase}}
 
 
 def parse_args(argv: list[str]) -> tuple[ServerArgs, list[str]]:
@@ -145,10 +205,11 @@ def parse_args(argv: list[str]) -> tuple[ServerArgs, list[str]]:
         trust_remote_code=ns.trust_remote_code,
         mem_fraction_static=ns.mem_fraction_static,
         max_running_requests=mrr,
-        cuda_graph_max_bs_decode=ns.cuda_graph_max_bs_decode or (48 if spec else 256),
-        cuda_graph_bs_decode=[] if ns.disable_cuda_graph else [
-            b for b in GRAPH_BS_CANDIDATES if b <= (ns.cuda_graph_max_bs_decode or (48 if spec else 256))],
+        cuda_graph_max_bs_decode=ns.cuda_graph_max_bs_decode,
+        cuda_graph_bs_decode=ns.cuda_graph_bs_decode,
         disable_cuda_graph=ns.disable_cuda_graph,
+        cuda_graph_backend_decode=ns.cuda_graph_backend_decode,
+        cuda_graph_config=_cuda_graph_config(ns, bool(spec), mrr),
         enable_metrics=ns.enable_metrics,
         decode_log_interval=max(1, ns.decode_log_interval),
         context_length=ns.context_length or 262144,
@@ -160,8 +221,8 @@ def parse_args(argv: list[str]) -> tuple[ServerArgs, list[str]]:
         speculative_attention_mode=ns.speculative_attention_mode,
         speculative_draft_attention_backend=(ns.speculative_draft_attention_backend or DEFAULT_ATTENTION_BACKEND) if spec else None,
         attention_backend=attn,
-        prefill_attention_backend=ns.prefill_attention_backend or attn,
-        decode_attention_backend=ns.decode_attention_backend or attn,
+        prefill_attention_backend=ns.prefill_attention_backend,
+        decode_attention_backend=ns.decode_attention_backend,
         served_model_name=ns.served_model_name or ns.model_path,
         random_seed=ns.random_seed,
         emulator_profile=ns.emulator_profile,

@@ -51,6 +51,14 @@ def wait_until(deadline: float) -> None:
             time.sleep(rem - SPIN_S)
 
 
+def _merge(phases: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Phases in order, with a category's seconds summed if it repeats (one booking per category)."""
+    out: dict[str, float] = {}
+    for cat, sec in phases:
+        out[cat] = out.get(cat, 0.0) + sec
+    return list(out.items())
+
+
 class Engine:
     """The scheduler + fake model runner.
 
@@ -72,6 +80,10 @@ class Engine:
             self.accept = AcceptanceModel(profile.p_accept, args.speculative_num_steps or 1, args.speculative_eagle_topk or 1,
                                           args.speculative_num_draft_tokens or 2, simulate_acc_len, self.rng)
         self.record_step_time = record_step_time
+        self.graph_bs = sorted(args.decode_graph_bs)  # a batch up to the largest replays a (padded) graph
+        # SGLang env: draft-extend runs eagerly (booked as "extend") even when graphs are on.
+        self.disable_draft_extend_graph = os.environ.get("SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH", "").lower() in (
+            "1", "true", "yes")
         self.step_time_dict: dict[int, list[float]] = collections.defaultdict(list)
         self._inbox: collections.deque[Request] = collections.deque()
         self._cond = threading.Condition()
@@ -86,6 +98,10 @@ class Engine:
         self._log_gen_tokens = 0
         self._log_accept_tokens = self._log_correct = self._log_forward_ct = 0
         self._prefill_tic = time.perf_counter()
+        # device-timer occupancy window (SGLang metrics_reporter.py _ForwardOccupancyLogWindow)
+        self._occ_t0 = time.perf_counter()
+        self._occ_gpu_s = 0.0
+        self._occ_idle_s = 0.0
         self._pending_events: list[tuple[Request, dict]] = []
         self._pending_record: tuple | None = None
         self._thread = threading.Thread(target=self._run, name="emulator-engine", daemon=True)
@@ -117,6 +133,19 @@ class Engine:
         """Lifetime mean accept length (tokens per request per cycle), like SGLang's."""
         return self.total_accept_tokens / self.total_accept_forward_ct if self.total_accept_forward_ct else None
 
+    def _draw_grants(self, batch: list[Request]) -> dict[Request, int]:
+        """Accept lengths for one speculative cycle.
+
+        ``SGLANG_SIMULATE_ACC_LEN``: one draw for the whole batch per step, like SGLang
+        (``speculative/spec_utils.py`` ~505-559). Otherwise each request's draw is a function
+        of (``--random-seed``, prompt, repeat, position) (:meth:`AcceptanceModel.draw_keyed`),
+        so every mode sees the same accept lengths whatever the warm-up length or batch order.
+        """
+        if self.accept.simulate is not None:
+            n = self.accept.draw()
+            return {r: n for r in batch}
+        return {r: self.accept.draw_keyed(r.accept_key, r.completion_tokens) for r in batch}
+
     # ----------------------------------------------------------------- loop
     def _run(self) -> None:
         try:
@@ -139,9 +168,11 @@ class Engine:
         chained_start: float | None = None
         while True:
             with self._cond:
+                idle_from = time.perf_counter()
                 while not self._stop and not self._inbox and not self.waiting and not self.running:
                     chained_start = None
                     self._cond.wait(0.1)
+                self._occ_idle_s += time.perf_counter() - idle_from
                 stopping = self._stop
                 while self._inbox and not stopping:
                     self.waiting.append(self._inbox.popleft())
@@ -173,6 +204,8 @@ class Engine:
         self.waiting = collections.deque(r for r in self.waiting if not r.aborted)
         self.running = [r for r in self.running if not r.aborted]
         for r in gone:
+            if r.internal:
+                continue
             self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
                               "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,
                               "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct,
@@ -196,7 +229,7 @@ class Engine:
         else:
             batch = self.running
             b, kv = len(batch), self._kv_tokens(batch)
-            graph_ok = not a.disable_cuda_graph and b <= a.cuda_graph_max_bs_decode
+            graph_ok = bool(self.graph_bs) and b <= self.graph_bs[-1]
             if self.accept is None:
                 kind, graph = "decode", graph_ok
                 phases = [("decode", prof.decode_s(b, kv, graph))]
@@ -206,9 +239,15 @@ class Engine:
                 graph = graph_ok and prof.verify_graph_captured(a.speculative_attention_mode)
                 d_s, e_s = prof.draft_parts_s(b, a.speculative_num_steps or 1)
                 v_s = prof.verify_s(b, a.speculative_num_draft_tokens or 2, kv, a.speculative_attention_mode, graph)
-                phases = [("eagle_draft", d_s), ("target_verify", v_s), ("eagle_draft_extend", e_s)]
-                grants = {r: self.accept.draw() for r in batch}
+                # SGLang's device-timer booking: a graph-replayed draft is "eagle_draft" /
+                # "eagle_draft_extend"; an eager one runs through eager_runner and is booked as
+                # "decode" / "extend" (eagle_worker_v2.py ~693-715, ~1182-1213; eager_runner.py
+                # ~261, ~342-350). Draft graphs follow the batch limit and --disable-cuda-graph.
+                phases = [("eagle_draft" if graph_ok else "decode", d_s), ("target_verify", v_s),
+                          ("eagle_draft_extend" if graph_ok and not self.disable_draft_extend_graph else "extend", e_s)]
+                grants = self._draw_grants(batch)
         planned = prof.overhead_s + sum(s for _, s in phases)
+        phases = _merge(phases)
         # --- timed phases. The scheduler-overhead phase [start, start + overhead) absorbs the
         # previous iteration's bookkeeping; if that overran, the forward phases still get
         # their full planned durations (the iteration grows, and the ground truth shows it).
@@ -252,7 +291,8 @@ class Engine:
             if r.first_token is None:
                 r.first_token = end
             r.last_token = end
-            tokens[r.rid] = n
+            if not r.internal:  # /health probes stay out of the ground truth
+                tokens[r.rid] = n
             done = r.completion_tokens >= r.max_new_tokens
             if done:
                 r.finished = True
@@ -278,21 +318,29 @@ class Engine:
                 running: int, ntok: int, queue: int) -> None:
         """Ground truth, metrics and log lines of one finished iteration."""
         a = self.args
+        if kind == "spec":  # eager draft phases are booked as decode/extend, but are draft time
+            draft_s = sum(actual.get(c, 0.0) for c in ("eagle_draft", "eagle_draft_extend", "decode", "extend"))
+            decode_s = prefill_s = 0.0
+        else:
+            draft_s, decode_s, prefill_s = 0.0, actual.get("decode", 0.0), actual.get("extend", 0.0)
         it = {"kind": kind, "i": self.iteration, "start": start, "end": end, "batch": batch, "graph": graph,
-              "draft_s": actual.get("eagle_draft", 0.0) + actual.get("eagle_draft_extend", 0.0),
-              "verify_s": actual.get("target_verify", 0.0), "decode_s": actual.get("decode", 0.0),
-              "prefill_s": actual.get("extend", 0.0), "planned_s": planned, "tokens": tokens}
+              "draft_s": draft_s, "verify_s": actual.get("target_verify", 0.0), "decode_s": decode_s,
+              "prefill_s": prefill_s, "planned_s": planned, "tokens": tokens,
+              "booked_s": {c: round(v, 9) for c, v in actual.items()}}
         self.iteration += 1
         self.truth.write(it)
         if self.tracer is not None:  # /start_profile .. /stop_profile (lab/emulator/trace.py)
             self.tracer.on_iteration(it, actual)
         for r in finished:
+            if r.internal:
+                continue
             self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
                               "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,
                               "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct,
                               "finish_reason": "length"}, flush=True)
             self.metrics.on_finish(r.prompt_tokens, r.completion_tokens, r.spec_verify_ct, r.stream)
         self.metrics.on_forward(actual, kind != "prefill", graph)
+        self._occ_gpu_s += sum(actual.values())
         self.metrics.set_queues(running, queue)
         usage = ntok / self.profile.kv_capacity_tokens.value
         if kind == "prefill":
@@ -308,7 +356,8 @@ class Engine:
         self._prefill_tic = now
         ntok = sum(r.prompt_tokens for r in new)
         self.log.info(prefill_batch_line(new_seq=len(new), new_token=ntok, token_usage=usage, running=running - len(new),
-                                         queue=queue, cuda_graph=False, input_throughput=ntok / gap if gap > 0 else 0.0))
+                                         queue=queue, cuda_graph=False, input_throughput=ntok / gap if gap > 0 else 0.0,
+                                         occupancy=self._occupancy(now)))
 
     def _log_decode(self, running: int, graph: bool, now: float, ntok: int, usage: float, queue: int) -> None:
         """SGLang ``report_decode_stats`` at each ``decode_log_interval`` decode iterations."""
@@ -326,4 +375,15 @@ class Engine:
             acc_rate = self._log_correct / drafts if drafts else 0.0
             self._log_accept_tokens = self._log_correct = self._log_forward_ct = 0
         self.log.info(decode_batch_line(running=running, num_tokens=ntok, token_usage=usage, accept_len=acc_len,
-                                        accept_rate=acc_rate, cuda_graph=graph, gen_throughput=thr, queue=queue))
+                                        accept_rate=acc_rate, cuda_graph=graph, gen_throughput=thr, queue=queue,
+                                        occupancy=self._occupancy(now)))
+
+    def _occupancy(self, now: float) -> tuple[float, float] | None:
+        """(forward %, forward + idle %) of the wall time since the last batch line, then reset;
+        None without the device timer (SGLang adds the suffix only with it)."""
+        if not self.metrics.device_timer:
+            return None
+        wall = now - self._occ_t0
+        out = (100.0 * self._occ_gpu_s / wall, 100.0 * (self._occ_gpu_s + self._occ_idle_s) / wall) if wall > 0 else (0.0, 0.0)
+        self._occ_t0, self._occ_gpu_s, self._occ_idle_s = now, 0.0, 0.0
+        return out

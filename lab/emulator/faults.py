@@ -22,6 +22,9 @@ same strings, default empty), so a pipeline run can inject them too.
                           server whose health probe queues behind a busy scheduler)
 ``ignore-sigterm``        SIGTERM and SIGINT are ignored, so stopping needs SIGKILL (a
                           wedged process stuck in a CUDA call)
+``orphan-child``          rank 0's scheduler child has no parent-death signal, so it
+                          outlives a crashed launcher (the group leader is gone, a child
+                          of the group lives on: what an SGLang crash can leave)
 ========================  =================================================================
 
 :func:`parse_faults` validates the strings (the lab's params use it too); the emulator's
@@ -52,6 +55,7 @@ FAULTS: dict[str, tuple[type | None, str]] = {
     "http500-every": (int, "answer every K-th /generate with HTTP 500"),
     "slow-health": (float, "/health takes S seconds while requests run"),
     "ignore-sigterm": (None, "ignore SIGTERM/SIGINT (needs SIGKILL)"),
+    "orphan-child": (None, "rank 0's scheduler child outlives the launcher"),
 }
 
 
@@ -106,6 +110,7 @@ class Faults:
     http500_every: int | None = None
     slow_health: float | None = None
     ignore_sigterm: bool = False
+    orphan_child: bool = False
     generate_count: int = 0
 
     def any(self) -> bool:

@@ -1,9 +1,10 @@
 """aiohttp front end of the emulator: SGLang 0.5.23's HTTP surfaces.
 
-Endpoints: ``GET /health``, ``/health_generate``, ``/server_info`` (and deprecated
+Endpoints: ``GET /ready`` (cheap), ``/health``, ``/health_generate`` (a one-token generation,
+>= 1 s, like SGLang), ``/v1/models``, ``/server_info`` (and deprecated
 ``/get_server_info``), ``/metrics``; ``GET|POST /start_profile``, ``/stop_profile``
 (a modelled trace, :mod:`lab.emulator.trace`); ``POST /generate`` (SGLang native, SSE when
-``stream``), ``POST /v1/chat/completions`` (OpenAI format; ``sglext.spec_tokens_details``
+``stream``), ``POST /v1/completions`` and ``/v1/chat/completions`` (OpenAI format; ``sglext.spec_tokens_details``
 when ``return_spec_tokens_details``). ``meta_info`` keys follow
 ``sglang/srt/managers/tokenizer_manager.py`` (``_calculate_spec_decoding_metrics``);
 ``finish_reason`` follows ``schedule_batch.py:FINISH_LENGTH.to_json``; the server-info
@@ -15,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import logging
 import math
+import re
 import time
 import uuid
 from pathlib import Path
@@ -32,9 +35,16 @@ from lab.emulator.request import Request
 from lab.emulator.metrics import CONTENT_TYPE_LATEST, EmulatorMetrics
 from lab.emulator.profile import CostProfile
 
-__all__ = ["AppState", "build_app", "dispatch_events", "SGLANG_VERSION"]
+__all__ = ["AppState", "build_app", "dispatch_events", "SGLANG_VERSION", "reported_version", "accept_key"]
 
-SGLANG_VERSION = "0.5.23"  # the SGLang build whose surfaces are emulated
+SGLANG_VERSION = "0.5.23"  # the SGLang build whose HTTP surfaces (formats) are emulated
+
+
+def reported_version(profile: CostProfile) -> str:
+    """``/server_info`` ``version``: the modelled build's SGLang version when the profile's
+    timing is faithful to one, else its label (never "0.5.23" for a build that runs
+    differently: the default profile models the seeds' older build)."""
+    return profile.models_build.sglang_version or profile.models_build.label
 STATE_KEY = web.AppKey("emulator_state", object)
 
 
@@ -47,6 +57,7 @@ class AppState:
     metrics: EmulatorMetrics
     startup_time: float
     faults: Faults = dataclasses.field(default_factory=Faults)
+    fixed_sim_tokens: bool = False  # SGLANG_SIMULATE_ACC_LEN on, token mode "fixed" (SGLang's default)
 
 
 def dispatch_events(events: list[tuple[Request, dict]]) -> None:
@@ -98,9 +109,27 @@ def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
-def _submit(st: AppState, rid: str | None, prompt_tokens: int, max_new_tokens: int, stream: bool) -> Request:
+_LAB_RID = re.compile(r"-r(?P<repeat>\d+)-(?P<index>\d+)$")
+
+
+def accept_key(seed: int, prompt: Any, rid: str | None) -> str:
+    """The key of a request's acceptance draws: (``--random-seed``, prompt, repeat, index).
+
+    ``repeat`` and ``index`` (the request's place in its repeat) come from the lab's request
+    ids ``<mode>-<point>-r<repeat>-<index>`` (``lab/bench.py``); the mode name is left out, so
+    every mode streams the same prompts with the same draws. Other ids: repeat = index = 0.
+    """
+    m = _LAB_RID.search(rid or "")
+    rep, idx = (m["repeat"], m["index"]) if m else ("0", "0")
+    digest = hashlib.blake2b(json.dumps(prompt, sort_keys=True).encode(), digest_size=8).hexdigest()
+    return f"{seed}|{digest}|{rep}|{idx}"
+
+
+def _submit(st: AppState, rid: str | None, prompt_tokens: int, max_new_tokens: int, stream: bool,
+            prompt: Any = None) -> Request:
     req = Request(rid=rid or uuid.uuid4().hex, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
-                  stream=stream, sink=asyncio.Queue(), loop=st.args.emulator_output == "loop")
+                  stream=stream, sink=asyncio.Queue(), loop=st.args.emulator_output == "loop",
+                  accept_key=accept_key(st.args.random_seed, prompt, rid), fixed_token=st.fixed_sim_tokens)
     st.engine.submit(req)
     return req
 
@@ -149,7 +178,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if (status := st.faults.on_generate(logging.getLogger("sglang"))) is not None:
         return web.json_response({"error": {"message": "Internal server error (injected fault http500-every)",
                                             "type": "InternalServerError", "code": status}}, status=status)
-    req = _submit(st, body.get("rid"), prompt_tokens, max_new, stream)
+    req = _submit(st, body.get("rid"), prompt_tokens, max_new, stream, prompt=ids if ids is not None else text)
     if not stream:
         async for ev in _events(req):
             last = ev
@@ -190,7 +219,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     max_new = int(body.get("max_completion_tokens") or body.get("max_tokens") or 128)
     stream = bool(body.get("stream", False))
     want_spec = bool(body.get("return_spec_tokens_details", False))
-    req = _submit(st, body.get("rid"), _prompt_tokens_from_text(prompt), max_new, stream)
+    req = _submit(st, body.get("rid"), _prompt_tokens_from_text(prompt), max_new, stream, prompt=prompt)
     cid, created, model = f"chatcmpl-{req.rid}", int(time.time()), st.args.served_model_name
 
     def sglext(meta: dict) -> dict | None:
@@ -238,11 +267,117 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"  # sglang/srt/constants.py:12
+HEALTH_CHECK_TIMEOUT_S = 20.0  # entrypoints/http_server.py:218 (SGLANG_HEALTH_CHECK_TIMEOUT)
+
+
+async def ready(request: web.Request) -> web.Response:
+    """``GET /ready``: cheap, 200 while the engine can take requests (``http_server.py``
+    ~714-718, ``tokenizer_manager.is_ready``)."""
+    st: AppState = request.app[STATE_KEY]
+    return web.Response(status=200 if st.engine.is_alive() else 503)
+
+
 async def health(request: web.Request) -> web.Response:
+    """``GET /health`` and ``/health_generate``: like SGLang 0.5.23 (``http_server.py``
+    ~721-800, ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION`` on by default), a one-token
+    generation (``max_new_tokens=1``, ``input_ids=[0]``, not counted in metrics) is queued,
+    then the handler checks once per second for any scheduler output since it started:
+    200 after >= 1 s, 503 after ``HEALTH_CHECK_TIMEOUT_S`` without one."""
     st: AppState = request.app[STATE_KEY]
     await st.faults.on_health(bool(st.engine.running or st.engine.waiting))
-    ok = st.engine.is_alive()
-    return web.Response(status=200 if ok else 503, text="" if ok else f"engine thread not running: {st.engine.error!r}")
+    if not st.engine.is_alive():
+        return web.Response(status=503, text=f"engine thread not running: {st.engine.error!r}")
+    it0 = st.engine.iteration
+    req = Request(rid=f"{HEALTH_CHECK_RID_PREFIX}_{uuid.uuid4().hex}", prompt_tokens=1, max_new_tokens=1,
+                  stream=False, sink=asyncio.Queue(), internal=True)
+    st.engine.submit(req)
+    tic = time.monotonic()
+    while time.monotonic() < tic + HEALTH_CHECK_TIMEOUT_S:
+        await asyncio.sleep(1.0)
+        if req.finished or st.engine.iteration > it0:
+            return web.Response(status=200)
+        if not st.engine.is_alive():
+            break
+    req.aborted = True
+    return web.Response(status=503)
+
+
+async def v1_models(request: web.Request) -> web.Response:
+    """``GET /v1/models``: SGLang's ``ModelList`` of ``ModelCard`` (``entrypoints/openai/
+    protocol.py`` ~87-103; ``http_server.py`` ~1993-2010)."""
+    st: AppState = request.app[STATE_KEY]
+    name = st.args.served_model_name
+    return web.json_response({"object": "list", "data": [
+        {"id": name, "object": "model", "created": int(st.startup_time), "owned_by": "sglang", "root": name,
+         "parent": None, "max_model_len": st.args.context_length}]})
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/completions``: OpenAI text completions in SGLang's shapes
+    (``protocol.py`` ``CompletionResponse`` ~528-536, ``CompletionStreamResponse`` ~568-575;
+    ``object: "text_completion"``, ``usage``, ``sglext`` only when asked)."""
+    st: AppState = request.app[STATE_KEY]
+    try:
+        body = await request.json()
+    except json.JSONDecodeError:
+        return _bad("body is not JSON")
+    prompt = body.get("prompt")
+    if isinstance(prompt, list):
+        if len(prompt) != 1:
+            return _bad("batched /v1/completions is not supported by the emulator; send one prompt per request")
+        prompt = prompt[0]
+    if not isinstance(prompt, (str, list)) or not prompt:
+        return _bad("prompt must be a non-empty string or token list")
+    n_prompt = len(prompt) if isinstance(prompt, list) else _prompt_tokens_from_text(prompt)
+    try:
+        max_new = int(body.get("max_tokens") or 16)
+    except (TypeError, ValueError):
+        return _bad("max_tokens must be an integer")
+    stream = bool(body.get("stream", False))
+    want_spec = bool(body.get("return_spec_tokens_details", False))
+    req = _submit(st, body.get("rid"), n_prompt, max_new, stream, prompt=prompt)
+    cid, created, model = f"cmpl-{req.rid}", int(time.time()), st.args.served_model_name
+
+    def usage(ct: int) -> dict:
+        return {"prompt_tokens": req.prompt_tokens, "completion_tokens": ct, "total_tokens": req.prompt_tokens + ct}
+
+    def sglext(ev: dict) -> dict | None:
+        meta = _meta(st, req, ev)
+        if not want_spec or "spec_verify_ct" not in meta:
+            return None
+        keys = ("spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",
+                "spec_verify_ct", "spec_correct_drafts_histogram")
+        return {"spec_tokens_details": {k: meta.get(k, [] if k.endswith("histogram") else 0) for k in keys}}
+
+    if not stream:
+        async for ev in _events(req):
+            last = ev
+        out = {"id": cid, "object": "text_completion", "created": created, "model": model,
+               "choices": [{"index": 0, "text": " ".join(req.words[: last["ct"]]), "logprobs": None,
+                            "finish_reason": "length", "matched_stop": None}], "usage": usage(last["ct"])}
+        if (ext := sglext(last)) is not None:
+            out["sglext"] = ext
+        return web.json_response(out)
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    sent = 0
+    async for ev in _events(req):
+        text = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]])
+        sent = ev["ct"]
+        chunk: dict[str, Any] = {"id": cid, "object": "text_completion", "created": created, "model": model,
+                                 "choices": [{"index": 0, "text": text, "logprobs": None,
+                                              "finish_reason": "length" if ev["finished"] else None,
+                                              "matched_stop": None}]}
+        if ev["finished"] and (ext := sglext(ev)) is not None:
+            chunk["sglext"] = ext
+        await resp.write(_sse(chunk))
+    if include_usage:
+        await resp.write(_sse({"id": cid, "object": "text_completion", "created": created, "model": model,
+                               "choices": [], "usage": usage(sent)}))
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
 
 
 def server_info_dict(st: AppState) -> dict[str, Any]:
@@ -261,8 +396,9 @@ def server_info_dict(st: AppState) -> dict[str, Any]:
                 break
             except RuntimeError:
                 continue
-    info.update({"startup_time": st.startup_time, "internal_states": [internal], "version": SGLANG_VERSION,
-                 "frontend": "python"})
+    info.update({"startup_time": st.startup_time, "internal_states": [internal], "version": reported_version(st.profile),
+                 "emulator_models_build": st.profile.models_build.label,
+                 "emulator_surfaces_version": SGLANG_VERSION, "frontend": "python"})
     return info
 
 
@@ -279,6 +415,9 @@ def build_app(state: AppState) -> web.Application:
     """The aiohttp application serving ``state``."""
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[STATE_KEY] = state
+    app.router.add_get("/ready", ready)
+    app.router.add_get("/v1/models", v1_models)
+    app.router.add_post("/v1/completions", completions)
     app.router.add_get("/health", health)
     app.router.add_get("/health_generate", health)
     app.router.add_get("/server_info", server_info)

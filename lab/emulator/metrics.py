@@ -1,7 +1,12 @@
 """Prometheus metrics with SGLang 0.5.23's names (``sglang/srt/observability/metrics_collector.py``).
 
-Own ``CollectorRegistry`` (no process/platform collectors). Label ``model_name`` like
-SGLang's ``SchedulerMetricsCollector``; ``prompt_tokens_total`` and
+Own ``CollectorRegistry`` (no process/platform collectors). Labels like SGLang's
+``SchedulerMetricsCollector.init_new`` (``metrics_collector.py`` ~1383-1387: ``model_name``,
+``engine_type``, ``tp_rank``, ``pp_rank``, ``moe_ep_rank``). Forward-pass counters
+(``cuda_graph_passes_total``, gated only by ``enable_metrics`` in
+``batch_result_processor.py`` ~993) and device-timer seconds are exported once per TP rank,
+as every rank's scheduler does; request counters and queue gauges by rank 0 only (the
+stats-logging rank, ``metrics_collector.py`` ~1361-1367); ``prompt_tokens_total`` and
 ``generation_tokens_total`` also carry ``is_streaming`` and are incremented when a request
 finishes (``observe_one_finished_request``). ``forward_execution_seconds_total`` is only
 fed when ``SGLANG_ENABLE_METRICS_DEVICE_TIMER=1``, like SGLang.
@@ -9,7 +14,11 @@ fed when ``SGLANG_ENABLE_METRICS_DEVICE_TIMER=1``, like SGLang.
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 __all__ = ["EmulatorMetrics", "CONTENT_TYPE_LATEST", "FORWARD_CATEGORIES"]
@@ -17,23 +26,51 @@ __all__ = ["EmulatorMetrics", "CONTENT_TYPE_LATEST", "FORWARD_CATEGORIES"]
 FORWARD_CATEGORIES = ("extend", "decode", "target_verify", "eagle_draft", "eagle_draft_extend")
 
 
+class _PerRankForward(Collector):
+    """``sglang:cuda_graph_passes_total`` and ``sglang:forward_execution_seconds_total``, one
+    series per TP rank (every rank's scheduler exports its own, ``metrics_collector.py``
+    ~1383-1387; ``batch_result_processor.py`` ~993), all ranks equal."""
+
+    def __init__(self, m: "EmulatorMetrics") -> None:
+        self.m = m
+        self.created = time.time()
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        keys = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
+        passes = CounterMetricFamily("sglang:cuda_graph_passes", "Total number of forward passes categorized by CUDA graph.",
+                                     labels=keys + ["mode"])
+        for (dec, g), v in list(self.m._passes.items()):
+            mode = ("decode_" if dec else "prefill_") + ("cuda_graph" if g else "none")
+            for lab in self.m.rank_labels:
+                passes.add_metric([lab[k] for k in keys] + [mode], v, created=self.created)
+        yield passes
+        if self.m.device_timer:
+            fwd = CounterMetricFamily(
+                "sglang:forward_execution_seconds",
+                "Total time that GPU is busy executing model forward passes. Refer to ForwardMode for category labels.",
+                labels=keys + ["category"])
+            for cat, v in list(self.m._fwd.items()):
+                for lab in self.m.rank_labels:
+                    fwd.add_metric([lab[k] for k in keys] + [cat], v, created=self.created)
+            yield fwd
+
+
 class EmulatorMetrics:
     """Counters and gauges; safe to update from the engine thread."""
 
-    def __init__(self, model_name: str, device_timer: bool) -> None:
+    def __init__(self, model_name: str, device_timer: bool, tp_size: int = 1) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.labels = {"model_name": model_name}
+        self.rank_labels = [{"model_name": model_name, "engine_type": "unified", "tp_rank": str(r), "pp_rank": "0",
+                             "moe_ep_rank": "0"} for r in range(max(1, tp_size))]
+        self.labels = self.rank_labels[0]
         self.device_timer = device_timer
-        ln = ["model_name"]
+        ln = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
         r = self.registry
         self.num_running_reqs = Gauge("sglang:num_running_reqs", "The number of running requests.", ln, registry=r)
         self.num_queue_reqs = Gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", ln, registry=r)
-        self.cuda_graph_passes_total = Counter(
-            "sglang:cuda_graph_passes_total", "Total number of forward passes categorized by CUDA graph.", ln + ["mode"], registry=r)
-        self.forward_execution_seconds_total = Counter(
-            "sglang:forward_execution_seconds_total",
-            "Total time that GPU is busy executing model forward passes. Refer to ForwardMode for category labels.",
-            ln + ["category"], registry=r)
         self.prompt_tokens_total = Counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.", ln + ["is_streaming"], registry=r)
         self.generation_tokens_total = Counter(
             "sglang:generation_tokens_total", "Number of generation tokens processed.", ln + ["is_streaming"], registry=r)
@@ -41,23 +78,22 @@ class EmulatorMetrics:
             "sglang:spec_verify_calls_total", "Number of speculative decoding verification calls.", ln, registry=r)
         self.num_running_reqs.labels(**self.labels).set(0)
         self.num_queue_reqs.labels(**self.labels).set(0)
-        # children cached: the engine thread updates them every iteration
-        self._passes = {
-            (dec, g): self.cuda_graph_passes_total.labels(**self.labels, mode=("decode_" if dec else "prefill_") + ("cuda_graph" if g else "none"))
-            for dec in (True, False) for g in (True, False)
-        }
-        self._fwd = {}
-        if device_timer:
-            self._fwd = {c: self.forward_execution_seconds_total.labels(**self.labels, category=c) for c in FORWARD_CATEGORIES}
+        # Per-rank forward counters: the engine thread adds plain floats (every iteration, inside
+        # a timed phase: 8 ranks x prometheus-client children would cost it ~0.1 ms), and the
+        # collector writes one series per TP rank at scrape time. Keys exist from the start,
+        # so a scrape never iterates a dict that grows.
+        self._passes = {(dec, g): 0.0 for dec in (True, False) for g in (True, False)}
+        self._fwd = {c: 0.0 for c in FORWARD_CATEGORIES} if device_timer else {}
+        r.register(_PerRankForward(self))
         self._running = self.num_running_reqs.labels(**self.labels)
         self._queued = self.num_queue_reqs.labels(**self.labels)
 
     def on_forward(self, phases: dict[str, float], is_decode: bool, graph: bool) -> None:
         """One iteration: ``phases`` = {category: actual seconds}; one graph pass counted."""
         if self.device_timer:
-            for cat, s in phases.items():
-                self._fwd[cat].inc(s)
-        self._passes[(is_decode, graph)].inc()
+            for cat, sec in phases.items():
+                self._fwd[cat] += sec
+        self._passes[(is_decode, graph)] += 1.0
 
     def on_finish(self, prompt_tokens: int, completion_tokens: int, spec_verify_ct: int, streaming: bool) -> None:
         """One finished request (SGLang ``observe_one_finished_request``)."""

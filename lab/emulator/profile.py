@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["ProfileError", "CostProfile", "load_profile", "PROFILES_DIR", "accept_prob_for_mean"]
+__all__ = ["ProfileError", "CostProfile", "ModelledBuild", "load_profile", "PROFILES_DIR", "accept_prob_for_mean"]
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
@@ -101,12 +101,27 @@ class KernelCounts(_Strict):
     draft_forward: Num
 
 
+class ModelledBuild(_Strict):
+    """The SGLang build whose *timing* a profile models (its HTTP surfaces are always 0.5.23's).
+
+    ``sglang_version``: the version the timing is faithful to, or None for a build that is
+    not a released version the lab can name (the seeds' older build). The emulator reports
+    it as ``/server_info`` ``version`` when set, else ``label`` (never "0.5.23" for a build
+    that behaves differently), and names it in ``emulator_models_build`` and its log.
+    """
+
+    label: str = Field(min_length=1)
+    sglang_version: str | None = None
+    source: str = Field(min_length=1)
+
+
 class CostProfile(_Strict):
     """A validated cost profile. Methods return seconds."""
 
     name: str
     version: int = Field(ge=1)
     description: str
+    models_build: ModelledBuild
     prefill: PrefillCost
     decode: DecodeCost
     verify: VerifyCost

@@ -29,6 +29,10 @@ VOCAB = (
 ).split()
 
 
+#: The word standing for token id 100, what SGLang's default simulated-acceptance mode emits
+#: at every position (``speculative/spec_utils.py`` ~568: ``predict.fill_(100)``).
+FIXED_TOKEN_WORD = "<100>"
+
 #: The phrase a looping request repeats (``--emulator-output loop``).
 LOOP_PHRASE = ("the", "answer", "is", "the", "same", "answer")
 
@@ -58,9 +62,16 @@ class Request:
     finished: bool = False
     aborted: bool = False  # set by the HTTP layer when the client went away
     loop: bool = False  # generate LOOP_PHRASE repeatedly instead of random words
+    accept_key: str = ""  # key of this request's acceptance draws (lab.emulator.http.accept_key)
+    fixed_token: bool = False  # SGLang's simulated-acceptance default: every output token is id 100
+    internal: bool = False  # a /health probe: not in metrics nor ground truth (SGLang log_metrics=False)
     _rng: random.Random | None = None
 
     def add_tokens(self, n: int, seed: int) -> None:
+        if self.fixed_token:  # SGLANG_SIMULATE_ACC_TOKEN_MODE=fixed: token id 100 everywhere
+            self.words.extend([FIXED_TOKEN_WORD] * n)
+            self.completion_tokens += n
+            return
         if self.loop:
             k = len(self.words)
             self.words.extend(LOOP_PHRASE[(k + i) % len(LOOP_PHRASE)] for i in range(n))

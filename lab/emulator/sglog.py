@@ -14,7 +14,7 @@ import logging
 import sys
 import time
 
-__all__ = ["setup_logging", "decode_batch_line", "prefill_batch_line", "startup_lines"]
+__all__ = ["setup_logging", "decode_batch_line", "prefill_batch_line", "startup_lines", "occupancy_suffix"]
 
 
 def setup_logging() -> logging.Logger:
@@ -34,35 +34,59 @@ def setup_logging() -> logging.Logger:
     return log
 
 
+def occupancy_suffix(occupancy: tuple[float, float] | None) -> str:
+    """The device-timer suffix SGLang appends to both batch lines when
+    ``SGLANG_ENABLE_METRICS_DEVICE_TIMER`` is on (``metrics_reporter.py`` ~800-802, ~1065-1068;
+    ``_ForwardOccupancyLogWindow.log_string`` ~211-225): ``occupancy`` = (forward %, forward +
+    idle %) of the window's wall time; None: no suffix (timer off)."""
+    if occupancy is None:
+        return ""
+    fwd, fwd_idle = (min(max(v, 0.0), 100.0) for v in occupancy)
+    return f", fwd occupancy: {fwd:.2f}%, fwd+idle occupancy: {fwd_idle:.2f}%"
+
+
 def decode_batch_line(*, running: int, num_tokens: int, token_usage: float, accept_len: float | None,
-                      accept_rate: float | None, cuda_graph: bool, gen_throughput: float, queue: int) -> str:
-    """The "Decode batch" message (accept fields only when speculative, i.e. not None)."""
+                      accept_rate: float | None, cuda_graph: bool, gen_throughput: float, queue: int,
+                      occupancy: tuple[float, float] | None = None) -> str:
+    """The "Decode batch" message (accept fields only when speculative, i.e. not None;
+    the occupancy suffix only with the device timer, :func:`occupancy_suffix`)."""
     msg = f"Decode batch, #running-req: {running}, #token: {num_tokens}, token usage: {token_usage:.2f}, "
     if accept_len is not None:
         msg += f"accept len: {accept_len:.2f}, accept rate: {accept_rate or 0.0:.2f}, "
     msg += f"cuda graph: {cuda_graph}, gen throughput (token/s): {gen_throughput:.2f}, #queue-req: {queue}"
-    return msg
+    return msg + occupancy_suffix(occupancy)
 
 
 def prefill_batch_line(*, new_seq: int, new_token: int, token_usage: float, running: int, queue: int,
-                       cuda_graph: bool, input_throughput: float) -> str:
-    """The "Prefill batch" message."""
+                       cuda_graph: bool, input_throughput: float,
+                       occupancy: tuple[float, float] | None = None) -> str:
+    """The "Prefill batch" message (occupancy suffix as in :func:`decode_batch_line`)."""
     return (
         f"Prefill batch, #new-seq: {new_seq}, #new-token: {new_token}, #cached-token: 0, "
         f"token usage: {token_usage:.2f}, #running-req: {running}, #queue-req: {queue}, "
         f"#pending-token: 0, cuda graph: {cuda_graph}, input throughput (token/s): {input_throughput:.2f}"
-    )
+    ) + occupancy_suffix(occupancy)
 
 
 def startup_lines(*, speculative: bool, graph_bs: list[int], disable_cuda_graph: bool, backend: str,
-                  num_tokens_per_req: int, num_shards: int = 64) -> list[tuple[float, str]]:
-    """Startup log lines as ``(fraction of the startup delay at which to log, message)``."""
+                  num_tokens_per_req: int, num_shards: int = 64, verify_graph: bool = True) -> list[tuple[float, str]]:
+    """Startup log lines as ``(fraction of the startup delay at which to log, message)``.
+
+    ``verify_graph`` False (a profile whose verify runs eagerly in this attention mode, e.g.
+    the seeds' older build in prefill mode): no "Capture target verify CUDA graph" lines,
+    only the draft's ("Capture draft decode CUDA graph", ``speculative/eagle_worker_v2.py``
+    ~515-537), since the emulator then never replays a verify graph.
+    """
     lines: list[tuple[float, str]] = [(0.0, "Load weight begin. avail mem=139.31 GB")]
     for k in range(1, 5):
         n = num_shards * k // 4
         lines.append((0.15 * k, f"Loading safetensors checkpoint shards: {100 * n // num_shards:3d}% Completed | {n}/{num_shards} [00:00<00:00, emulated]"))
     lines.append((0.62, "Load weight end. elapsed=0.00 s, type=DeepseekV3ForCausalLM, avail mem=63.20 GB, mem usage=76.11 GB."))
-    if not disable_cuda_graph:
+    if not disable_cuda_graph and speculative and not verify_graph:
+        lines.append((0.7, f"Capture draft decode CUDA graph begin. backend={backend}, num_tokens_per_req=1, "
+                           f"bs={graph_bs}, avail mem=20.10 GB"))
+        lines.append((0.95, "Capture draft decode CUDA graph end. elapsed=0.00 s, mem usage=0.20 GB, avail mem=19.90 GB."))
+    elif not disable_cuda_graph:
         name = "target verify" if speculative else "target decode"
         lines.append((0.7, f"Capture {name} CUDA graph begin. backend={backend}, num_tokens_per_req={num_tokens_per_req}, avail mem=20.10 GB"))
         lines.append((0.95, f"Capture {name} CUDA graph end. bs={graph_bs}, elapsed=0.00 s, mem usage=1.20 GB, avail mem=18.90 GB."))
