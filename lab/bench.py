@@ -147,7 +147,8 @@ def _check_alive(srv: ServerProcess, where: str, out: Path, recs: list[dict[str,
 
 
 def _aggregate(runs: list[dict[str, Any]], level: int, point: str | None = None) -> dict[str, Any]:
-    """Mean and 95 % t-interval over the repeats of one level (and point key), per headline metric."""
+    """Mean and 95 % interval over the repeats of one level (and point key), per headline metric
+    (:func:`lab.stats.metric_ci`: Student-t; exact Poisson for counts)."""
     out: dict[str, Any] = {"concurrency": level, "repeats": 0}
     rows = [r for r in runs if r["concurrency"] == level and r.get("point", level_key(level)) == (point or level_key(level))]
     if rows and "context_tokens" in rows[0]:
@@ -156,7 +157,7 @@ def _aggregate(runs: list[dict[str, Any]], level: int, point: str | None = None)
     for key in HEADLINE_METRICS:
         values = [r.get(key) for r in rows if r.get(key) is not None]
         if values:
-            mean, lo, hi = stats.mean_ci(values)
+            mean, lo, hi = stats.metric_ci(key, values)  # t-interval; exact Poisson for counts
             out[key] = {"mean": mean, "ci95_lo": lo, "ci95_hi": hi, "values": values}
     out["token_accounting_ok"] = all(r.get("token_accounting_ok", True) for r in rows)
     out["crosscheck_flags"] = [f"repeat {r.get('repeat')}: {f}" for r in rows

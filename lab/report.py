@@ -83,7 +83,7 @@ break-even accept length = (draft_ms + verify_ms) / decode_ms (Leviathan et al. 
 Transformers via Speculative Decoding"; EAGLE-3, Li et al. 2025).</p>
 <p>Per mode, at its lowest concurrency (comparison.json has every level):</p>
 <ul>{% for b in break_even %}<li>{{ b.explanation }}</li>{% else %}<li>No speculative mode with verify timings and a baseline.</li>{% endfor %}</ul>
-<h2>Summary (mean [95 % CI] over repeats; speedup: bootstrap 95 % CI)</h2>
+<h2>Summary (mean [95 % CI] over repeats; speedup: Welch log-ratio 95 % CI over repeats; paired: per prompt)</h2>
 {{ table | safe }}
 <h2>Figures</h2>
 {% for f in figures %}<figure><img alt="{{ f.name }}" src="data:image/png;base64,{{ f.b64 }}"><figcaption>{{ f.name }}</figcaption></figure>
@@ -121,6 +121,8 @@ def _summary_html(summary: dict[str, Any]) -> str:
                          "draft ms": _fmt(e.get("draft_ms")), "decode ms": _fmt(e.get("decode_ms")),
                          "cycle ms": _fmt(e.get("cycle_ms")),
                          "speedup, decode tok/s": _speedup(s, mode, summary.get("baseline")),
+                         "paired per prompt, decode tok/s": _speedup(e.get("paired_speedup_decode_tok_s"), mode,
+                                                                     summary.get("baseline")),
                          "speedup, output tok/s": _speedup(so, mode, summary.get("baseline"))})
     return pd.DataFrame(rows).to_html(index=False, escape=True, border=0)
 
