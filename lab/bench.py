@@ -37,6 +37,7 @@ from lab.effective import effective_config
 from lab.envcapture import capture_environment
 from lab.preflight import format_table, run_preflight
 from lab.server import ServerProcess, build_server_command, stop_stale_servers
+from lab.params_log import mode_run_params
 from lab.startup import StartupTracker
 from lab.telemetry import GpuSampler
 from lab.tracking import RunHandle, TrackingError, flatten_params, open_run, run_tags
@@ -281,10 +282,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     records_all: list[dict[str, Any]] = []
     telemetry_step = 0
     try:
-        run.log_params(flatten_params({"engine": params.engine, "mode_name": mode_name,
-                                       "model": params.model.model_dump(), "server": params.server.model_dump(),
-                                       "mode": params.mode(mode_name).model_dump(), "bench": b.model_dump(),
-                                       **({"emulator": params.emulator.model_dump()} if params.engine == "emulator" else {})}))
+        run.log_params(mode_run_params(params, mode_name))  # every params.yaml leaf of this mode
         stop_stale_servers(log=log)  # a stale server on our port would fail the port check
         pre = run_preflight(params, [mode_name], python=cmd.argv[0], results_dir=out)
         result["preflight"] = pre.to_dict()
