@@ -39,6 +39,7 @@ from lab.preflight import format_table, run_preflight
 from lab.server import ServerProcess, build_server_command, stop_stale_servers
 from lab.params_log import mode_run_params
 from lab.startup import StartupTracker
+from lab.versions import version_tags
 from lab.telemetry import GpuSampler
 from lab.tracking import RunHandle, TrackingError, flatten_params, open_run, run_tags
 
@@ -301,6 +302,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
             result["startup"]["startup_s"] = result["startup_s"] = startup_s
             info = client.fetch_json(srv.base_url + "/server_info")
             result["engine_version"] = str(info.get("version", "unknown"))
+            run.set_tags(version_tags(params.engine, info, cmd.argv[0]))  # run_tags had no server yet
             result["effective_config"] = effective_config(info)
             run.log_params(flatten_params({"effective": result["effective_config"]}))
             if b.warmup_requests:

@@ -204,6 +204,7 @@ def test_sentinel_end_to_end_on_real_launches(tmp_path):
     run = MlflowClient(tracking_uri=uri).get_run(runs[2]["mlflow_run_id"])
     assert run.data.tags["config_hash"] == third["config_hash"]
     assert run.data.tags["sentinel.status"] == third["status"]
+    assert run.data.tags["sglang_version"] == "emulator" and run.data.tags["emulated_sglang_version"] == "0.5.23"
     assert not any(k.startswith("sample.") for k in run.data.metrics)  # one launch value, no last-repeat metric
 
     # decisions on recorded launch values, against the three launches in MLflow
