@@ -14,6 +14,9 @@ launches, so every flag is a false alarm. Prints:
   (status ``regression`` or ``improvement``), and the individual (point, metric) tests flagged;
 - for contrast, the old design on the same launches: Welch's t-test on the per-repeat values
   pooled over the same earlier launches, at the same alpha and minimum effect;
+- the same decision on the emulator's ground truth (its side file: what it actually did) for
+  ``decode_tok_s``: a flag that the truth shares is a real change in the emulator's pace (on a
+  shared machine, other load), not an error of the lab's measurement;
 - the spread of the launch means (coefficient of variation across launches) per metric.
 
 Engine: the emulator; these are figures about the sentinel's statistics on a real process
@@ -109,6 +112,28 @@ def main(argv: list[str] | None = None) -> int:
                 any_flag |= flag
         pooled_launches += 1
         pooled_flagged_launches += any_flag
+    # the same decision on the emulator's ground truth (what it actually did, from its side
+    # file): a flag the truth shares is a real change of the emulator's pace (machine load),
+    # not an error of the lab's measurement
+    truth_lines = []
+    for point in results[0]["levels"]:
+        lab_flags = truth_flags = both = judged_n = 0
+        for i, res in enumerate(results):
+            earlier = results[max(0, i - k):i]
+            if len(earlier) < sentinel.MIN_HISTORY:
+                continue
+            judged_n += 1
+            d_lab = sentinel.launch_delta(res["levels"][point]["decode_tok_s"]["mean"],
+                                          [e["levels"][point]["decode_tok_s"]["mean"] for e in earlier],
+                                          alpha=b.sentinel_alpha, min_effect=b.sentinel_min_effect)
+            d_true = sentinel.launch_delta(res["ground_truth"][point]["decode_tok_s"],
+                                           [e["ground_truth"][point]["decode_tok_s"] for e in earlier],
+                                           alpha=b.sentinel_alpha, min_effect=b.sentinel_min_effect)
+            lab_flags += bool(d_lab["outside_noise"])
+            truth_flags += bool(d_true["outside_noise"])
+            both += bool(d_lab["outside_noise"]) and bool(d_true["outside_noise"])
+        truth_lines.append(f"  {point}.decode_tok_s: lab flagged {lab_flags}, ground truth flagged {truth_flags}, "
+                           f"both {both} (of {judged_n} judged launches)")
     cv_lines = []
     for point in results[0]["levels"]:
         for m in sentinel.SENTINEL_METRICS:
@@ -127,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{test_flags} of {len(tests)} (point, metric) tests outside noise")
     print(f"old design (per-repeat values pooled, Welch): {pooled_flagged_launches} of "
           f"{pooled_launches} launches flagged; {pooled_flags} of {pooled_tests} tests")
+    print("the same decision on the emulator's ground truth (a shared flag = the emulator really ran "
+          "slower or faster than in its earlier launches):")
+    print("\n".join(truth_lines))
     print("launch-to-launch spread:")
     print("\n".join(cv_lines))
     return 0
