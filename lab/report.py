@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from lab.atomic import savefig_atomic, write_text_atomic
 from lab.config import LabParams
 from lab import stats, theory
 
@@ -52,7 +53,7 @@ def explain_figures(params: LabParams, runs: pd.DataFrame, summary: dict[str, An
     paths = {}
     for name, fig in figs.items():
         path = out_dir / f"{name}.png"
-        fig.savefig(path, dpi=100)
+        savefig_atomic(fig, path, dpi=100)  # lab/atomic.py: never a half-written figure
         plt.close(fig)
         paths[name] = str(path)
     return paths
@@ -160,7 +161,5 @@ def write_report(params: LabParams, summary: dict[str, Any], path: Path) -> Path
         warnings=summary.get("warnings") or {},
         break_even=_lowest_level(summary.get("break_even", [])), table=_summary_html(summary), figures=figures,
         config_table=_config_html(params, summary))
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_text_atomic(path, text)
     return path
