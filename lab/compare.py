@@ -94,11 +94,22 @@ def engine_caption(results: dict[str, dict[str, Any]], params: LabParams | None 
     versions = sorted({str(r.get("engine_version", "?")) for r in results.values()})
     if "emulator" in engines:
         profile = params.emulator.profile if params else "see params.yaml"
-        text = (f"engine: emulator (SGLang-compatible, profile {profile}): modelled step costs "
-                "calibrated to the seeds' Kimi-K2.5 TP8 numbers. Not a GPU measurement.")
+        text = (f"engine: emulator (SGLang-compatible, profile {profile}: {_profile_description(profile)}). "
+                "Modelled step costs. Not a GPU measurement.")
     else:
         text = f"engine: {', '.join(engines)} (SGLang {', '.join(versions)})"
     return text
+
+
+def _profile_description(profile: str) -> str:
+    """The cost profile's own ``description`` (what it models and what it is calibrated to),
+    or a note that it could not be read."""
+    from lab.emulator.profile import ProfileError, load_profile
+
+    try:
+        return load_profile(profile)[0].description.rstrip(".")
+    except (ProfileError, OSError) as exc:
+        return f"description unavailable: {exc}"
 
 
 def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: str | None) -> dict[str, Any]:
