@@ -37,7 +37,9 @@ from lab.effective import effective_config
 from lab.envcapture import capture_environment
 from lab.preflight import format_table, run_preflight
 from lab.server import ServerProcess, build_server_command, stop_stale_servers
+from lab.params_log import mode_run_params
 from lab.startup import StartupTracker
+from lab.versions import version_tags
 from lab.telemetry import GpuSampler
 from lab.tracking import RunHandle, TrackingError, flatten_params, open_run, run_tags
 
@@ -147,7 +149,8 @@ def _check_alive(srv: ServerProcess, where: str, out: Path, recs: list[dict[str,
 
 
 def _aggregate(runs: list[dict[str, Any]], level: int, point: str | None = None) -> dict[str, Any]:
-    """Mean and 95 % t-interval over the repeats of one level (and point key), per headline metric."""
+    """Mean and 95 % interval over the repeats of one level (and point key), per headline metric
+    (:func:`lab.stats.metric_ci`: Student-t; exact Poisson for counts)."""
     out: dict[str, Any] = {"concurrency": level, "repeats": 0}
     rows = [r for r in runs if r["concurrency"] == level and r.get("point", level_key(level)) == (point or level_key(level))]
     if rows and "context_tokens" in rows[0]:
@@ -156,7 +159,7 @@ def _aggregate(runs: list[dict[str, Any]], level: int, point: str | None = None)
     for key in HEADLINE_METRICS:
         values = [r.get(key) for r in rows if r.get(key) is not None]
         if values:
-            mean, lo, hi = stats.mean_ci(values)
+            mean, lo, hi = stats.metric_ci(key, values)  # t-interval; exact Poisson for counts
             out[key] = {"mean": mean, "ci95_lo": lo, "ci95_hi": hi, "values": values}
     out["token_accounting_ok"] = all(r.get("token_accounting_ok", True) for r in rows)
     out["crosscheck_flags"] = [f"repeat {r.get('repeat')}: {f}" for r in rows
@@ -283,10 +286,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     records_all: list[dict[str, Any]] = []
     telemetry_step = 0
     try:
-        run.log_params(flatten_params({"engine": params.engine, "mode_name": mode_name,
-                                       "model": params.model.model_dump(), "server": params.server.model_dump(),
-                                       "mode": params.mode(mode_name).model_dump(), "bench": b.model_dump(),
-                                       **({"emulator": params.emulator.model_dump()} if params.engine == "emulator" else {})}))
+        run.log_params(mode_run_params(params, mode_name))  # every params.yaml leaf of this mode
         stop_stale_servers(log=log)  # a stale server on our port would fail the port check
         pre = run_preflight(params, [mode_name], python=cmd.argv[0], results_dir=out)
         result["preflight"] = pre.to_dict()
@@ -305,6 +305,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
             result["startup"]["startup_s"] = result["startup_s"] = startup_s
             info = client.fetch_json(srv.base_url + "/server_info")
             result["engine_version"] = str(info.get("version", "unknown"))
+            run.set_tags(version_tags(params.engine, info, cmd.argv[0]))  # run_tags had no server yet
             result["effective_config"] = effective_config(info, (out / "server.log").read_text(errors="replace"))
             run.log_params(flatten_params({"effective": result["effective_config"]}))
             if b.warmup_requests:

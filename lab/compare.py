@@ -2,7 +2,8 @@
 
 Inputs are ``results/<mode>/result.json`` and ``runs.json`` (one row per concurrency
 level x repeat) written by :mod:`lab.bench`. Output: ``reports/comparison.json`` (per mode and level, mean and 95 % t-interval of the headline metrics, speedup over the
-baseline with a bootstrap interval and a verdict), ``reports/summary.json`` (its flat
+baseline with a Welch log-ratio interval and a verdict, and the paired per-prompt speedup of
+:mod:`lab.paired`), ``reports/summary.json`` (its flat
 numbers, the DVC metrics file), ``reports/summary.csv`` (one row per
 mode x level, for ``dvc plots``), the figures (:mod:`lab.figures`) and one MLflow run
 holding them.
@@ -93,11 +94,22 @@ def engine_caption(results: dict[str, dict[str, Any]], params: LabParams | None 
     versions = sorted({str(r.get("engine_version", "?")) for r in results.values()})
     if "emulator" in engines:
         profile = params.emulator.profile if params else "see params.yaml"
-        text = (f"engine: emulator (SGLang-compatible, profile {profile}): modelled step costs "
-                "calibrated to the seeds' Kimi-K2.5 TP8 numbers. Not a GPU measurement.")
+        text = (f"engine: emulator (SGLang-compatible, profile {profile}: {_profile_description(profile)}). "
+                "Modelled step costs. Not a GPU measurement.")
     else:
         text = f"engine: {', '.join(engines)} (SGLang {', '.join(versions)})"
     return text
+
+
+def _profile_description(profile: str) -> str:
+    """The cost profile's own ``description`` (what it models and what it is calibrated to),
+    or a note that it could not be read."""
+    from lab.emulator.profile import ProfileError, load_profile
+
+    try:
+        return load_profile(profile)[0].description.rstrip(".")
+    except (ProfileError, OSError) as exc:
+        return f"description unavailable: {exc}"
 
 
 def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: str | None) -> dict[str, Any]:
@@ -126,7 +138,7 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
                 entry["errors"] = row["errors"] = int(sub["errors"].sum())
             for m in SUMMARY_METRICS:
                 if m in sub and sub[m].notna().any():
-                    mean, lo, hi = stats.mean_ci(sub[m].dropna().tolist())
+                    mean, lo, hi = stats.metric_ci(m, sub[m].dropna().tolist())
                     entry[m] = {"mean": mean, "ci95_lo": lo, "ci95_hi": hi}
                     row.update({f"{m}_mean": mean, f"{m}_ci95_lo": lo, f"{m}_ci95_hi": hi})
             if baseline and mode != baseline:
@@ -161,6 +173,10 @@ def _lean(summary: dict[str, Any]) -> dict[str, float]:
                     flat[f"{mode}.{lvl}.{m}"] = e[m]["mean"]
             if "speedup_decode_tok_s" in e:
                 flat[f"{mode}.{lvl}.speedup_decode_tok_s"] = e["speedup_decode_tok_s"]["ratio"]
+            if "paired_speedup_decode_tok_s" in e:  # lab.paired: per-prompt ratio and its interval
+                p = e["paired_speedup_decode_tok_s"]
+                flat.update({f"{mode}.{lvl}.paired_speedup_decode_tok_s{sfx}": p[k] for sfx, k in
+                             (("", "ratio"), ("_ci95_lo", "ci95_lo"), ("_ci95_hi", "ci95_hi")) if p.get(k) is not None})
     return flat
 
 
@@ -198,6 +214,9 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     runs = runs_frame(res_dir, modes)
     baseline = params.baseline_mode if params.baseline_mode in modes else None
     summary = summarize(results, runs, baseline)
+    from lab.paired import add_paired
+
+    add_paired(summary, res_dir, baseline)  # per-prompt speedup beside the per-repeat one
     summary["caption"] = engine_caption(results, params)
     summary["effective_config"] = {m: r.get("effective_config") for m, r in results.items()}
     summary["warnings"] = {m: r["warnings"] for m, r in results.items() if r.get("warnings")}  # hygiene, per mode
@@ -268,29 +287,31 @@ def _mean(row: dict[str, Any], m: str, digits: int = 1) -> str:
     return "-" if mean is None else f"{mean:.{digits}f}"
 
 
-def _speedup(row: dict[str, Any], m: str, baseline: str | None) -> str:
-    text = stats.format_speedup(_num(row.get(f"speedup_{m}")), _num(row.get(f"speedup_{m}_ci95_lo")),
-                                _num(row.get(f"speedup_{m}_ci95_hi")), row.get(f"verdict_{m}"))
+def _speedup(row: dict[str, Any], m: str, baseline: str | None, prefix: str = "") -> str:
+    text = stats.format_speedup(_num(row.get(f"{prefix}speedup_{m}")), _num(row.get(f"{prefix}speedup_{m}_ci95_lo")),
+                                _num(row.get(f"{prefix}speedup_{m}_ci95_hi")), row.get(f"{prefix}verdict_{m}"))
     return text or ("reference" if baseline and row.get("mode") == baseline else "-")
 
 
 def summary_markdown(rows: list[dict[str, Any]], baseline: str | None = None) -> str:
     """The comparison as a Markdown table, one line per mode x measured point: decode and
     output tok/s (mean [95 % CI]), accept length, verify/cycle ms and both speedups over the
-    baseline with their intervals and verdicts (README's table; ``lab summary`` prints it).
+    baseline with their intervals and verdicts (decode tok/s also paired prompt by prompt,
+    :mod:`lab.paired`) (README's table; ``lab summary`` prints it).
 
     :param rows: ``summarize(...)["rows"]`` or the rows of ``reports/summary.csv`` (strings
         are parsed; empty cells print as ``-``).
     :param baseline: the baseline mode's name (its rows say "reference").
     """
     head = ["mode", "point", "decode tok/s [95 % CI]", "output tok/s [95 % CI]", "accept length", "verify ms",
-            "cycle ms", "speedup, decode tok/s [95 % CI]", "speedup, output tok/s [95 % CI]"]
-    lines = ["| " + " | ".join(head) + " |", "| --- | --- | " + " | ".join(["---:"] * 5) + " | --- | --- |"]
+            "cycle ms", "speedup, decode tok/s [95 % CI]", "paired per prompt, decode tok/s [95 % CI]",
+            "speedup, output tok/s [95 % CI]"]
+    lines = ["| " + " | ".join(head) + " |", "| --- | --- | " + " | ".join(["---:"] * 5) + " | --- | --- | --- |"]
     for r in rows:
         cells = [str(r.get("mode")), str(r.get("point") or f"c{r.get('concurrency')}"),
                  _ci(r, "decode_tok_s", ".1f"), _ci(r, "output_tok_s", ".1f"), _mean(r, "accept_length", 2),
                  _mean(r, "verify_ms"), _mean(r, "cycle_ms"), _speedup(r, "decode_tok_s", baseline),
-                 _speedup(r, "output_tok_s", baseline)]
+                 _speedup(r, "decode_tok_s", baseline, prefix="paired_"), _speedup(r, "output_tok_s", baseline)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

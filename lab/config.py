@@ -244,9 +244,10 @@ class BenchParams(_Strict):
     ngram_n: int = Field(4, ge=1)
     ngram_repeat_threshold: float = Field(0.5, ge=0.0, le=1.0)
     degenerate_max_fraction: float = Field(0.25, ge=0.0, le=1.0)
-    # Regression sentinel (lab/sentinel.py): compare with up to ``sentinel_history_runs``
-    # earlier MLflow runs of the same config hash; flag when Welch's p < ``sentinel_alpha``
-    # and the relative change exceeds ``sentinel_min_effect``.
+    # Regression sentinel (lab/sentinel.py): compare this launch's mean with those of up to
+    # ``sentinel_history_runs`` earlier launches of the same config hash; flag when it is
+    # outside their (1 - ``sentinel_alpha``) prediction interval and the relative change
+    # exceeds ``sentinel_min_effect``.
     sentinel_history_runs: int = Field(5, ge=1)
     sentinel_alpha: float = Field(0.01, gt=0.0, lt=1.0)
     sentinel_min_effect: float = Field(0.02, ge=0.0)

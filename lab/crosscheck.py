@@ -116,7 +116,7 @@ def cross_checks(summary: Mapping[str, Any], *, tolerance: float = TOLERANCE) ->
         ok = d <= tolerance
         checks[name] = {"a": a, "b": b, "diff": d, "ok": ok}
         if not ok:
-            flags.append(f"{ka}={a:.2f} and {kb}={b:.2f} disagree by {d:.0%} (> {tolerance:.0%})")
+            flags.append(f"{ka}={a:.2f} and {kb}={b:.2f} disagree by {d:.1%} (limit {tolerance:.0%})")
     ga, gb = summary.get("verify_graph_fraction"), summary.get("log_verify_graph_fraction")
     if ga is None or gb is None:
         checks["graph_fraction"] = {"a": ga, "b": gb, "diff": None, "ok": None}
@@ -126,7 +126,7 @@ def cross_checks(summary: Mapping[str, Any], *, tolerance: float = TOLERANCE) ->
         checks["graph_fraction"] = {"a": ga, "b": gb, "diff": d, "ok": ok}
         if not ok:
             flags.append(f"CUDA-graph share from counters {ga:.2f} and from Decode batch lines "
-                         f"{gb:.2f} disagree by {d:.2f}")
+                         f"{gb:.2f} disagree by {d:.2f} (limit {GRAPH_FRACTION_TOLERANCE:.2f})")
     return {"checks": checks, "flags": flags, "disagreements": len(flags)}
 
 

@@ -1,7 +1,7 @@
 """Seaborn comparison figures. Every figure carries a caption naming the engine.
 
 Error bars are 95 % Student-t intervals over repeats (:func:`lab.stats.mean_ci`); speedups
-carry bootstrap intervals (:func:`lab.stats.ratio_ci`). When two modes resolved to the
+carry Welch log-ratio intervals (:func:`lab.stats.ratio_ci`). When two modes resolved to the
 same effective configuration, the caption says so.
 """
 
@@ -92,7 +92,7 @@ def accept_length_figure(requests: pd.DataFrame, summary: dict[str, Any]):
 
 
 def speedup_figure(summary: dict[str, Any]):
-    """Speedup of decode tok/s over the baseline per mode and level, with bootstrap 95 % CI."""
+    """Speedup of decode tok/s over the baseline per mode and level, with Welch log-ratio 95 % CI."""
     rows = []
     for mode, levels in summary["modes"].items():
         for entry in levels.values():

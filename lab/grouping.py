@@ -27,6 +27,7 @@ import json
 import os
 from pathlib import Path
 
+from lab.atomic import write_json_atomic
 from lab.config import LabParams, repo_root
 from lab.tracking import TrackingError, git_commit, open_run, run_tags
 
@@ -96,9 +97,7 @@ def pipeline_parent(params: LabParams, root: Path | None = None) -> str:
                       tags=tags)
     path.parent.mkdir(parents=True, exist_ok=True)
     known[key] = handle.run_id
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(known, indent=1))
-    os.replace(tmp, path)
+    write_json_atomic(path, known, indent=1)
     return handle.run_id
 
 

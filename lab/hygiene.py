@@ -37,6 +37,7 @@ __all__ = [
     "degenerate_check",
     "accounting_check",
     "dispatch_delay_summary",
+    "DISPATCH_DELAY_WARN_MS",
     "coefficient_of_variation",
     "warmup_until_stable",
     "run_hygiene",
@@ -205,6 +206,11 @@ def run_hygiene(records: Sequence[Mapping[str, Any]], *, ngram_n: int = 4, ngram
 #: Batch refills a level above concurrency 1 needs before its figures count as steady state.
 MIN_WAVES = 4
 
+#: p99 client dispatch delay (``t_send - t_dispatch``) above which a run is warned about, ms.
+#: A request that waits in the client is load the server never saw: at the seeds' 12 ms decode
+#: step, 5 ms is ~40 % of a step, enough to thin a closed-loop batch and inflate latency figures.
+DISPATCH_DELAY_WARN_MS = 5.0
+
 
 def hygiene_warnings(per_run: Sequence[Mapping[str, Any]], warmup: Mapping[str, Any] | None) -> list[str]:
     """Human-readable warnings for result.json and metrics.json (empty list: all clean).
@@ -213,7 +219,9 @@ def hygiene_warnings(per_run: Sequence[Mapping[str, Any]], warmup: Mapping[str, 
         of the run; optional) and a ``hygiene`` entry from :func:`run_hygiene`.
     :param warmup: :func:`warmup_until_stable` output or None.
 
-    Besides accounting and looping outputs, a level above concurrency 1 that sends fewer
+    Besides accounting and looping outputs, a level whose p99 client dispatch delay exceeds
+    :data:`DISPATCH_DELAY_WARN_MS` in some repeat is flagged (once, with its worst repeat), and
+    a level above concurrency 1 that sends fewer
     than :data:`MIN_WAVES` x concurrency requests is flagged: its batch never reaches a
     steady state (measured on the emulator: eagle3_decode at c=8 gave 1.10x baseline with 8
     requests, 0.96x with 48 of identical length, 1.10x with 48 of mixed lengths; README,
@@ -236,6 +244,16 @@ def hygiene_warnings(per_run: Sequence[Mapping[str, Any]], warmup: Mapping[str, 
                    "ran outside CUDA graphs there, so SGLang booked its draft-extend time as 'extend', mixed with "
                    "prefill (speculative/eagle_worker_v2.py ~1182-1213); eager draft steps (booked 'decode') are "
                    "counted in draft_ms")
+    slow: dict[Any, tuple[float, Any]] = {}
+    for r in per_run:  # client dispatch delay: the worst repeat per level
+        d = (r.get("hygiene") or {}).get("p99_dispatch_delay_ms")
+        if d is not None and d > DISPATCH_DELAY_WARN_MS and d > slow.get(r.get("concurrency"), (-1.0, None))[0]:
+            slow[r.get("concurrency")] = (d, r.get("repeat"))
+    for c, (d, rep) in sorted(slow.items(), key=lambda kv: str(kv[0])):
+        out.append(f"c={c}: client dispatch delay p99 {d:.1f} ms (repeat {rep}) > {DISPATCH_DELAY_WARN_MS:g} ms: "
+                   "requests waited in the client before being sent, so the server saw less load than "
+                   "configured and latencies include client queueing. Fix: run the benchmark on an idle "
+                   "machine or core, or lower concurrency (p50/p99_dispatch_delay_ms are in the results)")
     for r in per_run:
         h = r.get("hygiene") or {}
         where = f"c={r.get('concurrency')} repeat {r.get('repeat')}"

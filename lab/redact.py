@@ -1,9 +1,14 @@
 """Secret redaction for everything the lab logs, records or uploads.
 
-Any environment variable whose name contains TOKEN, KEY, SECRET or PASSWORD (``HF_TOKEN``,
-``WANDB_API_KEY``...) is replaced by ``***`` before it reaches a log line, an MLflow param,
-an environment capture or an artifact. Argv values that follow a flag with such a word
-(``--api-key X``) are redacted too.
+Only credentials are redacted. A name is a credential's when one of its words (split on
+``_``, ``-``, ``.`` and lower-to-upper case changes) is ``TOKEN``, ``SECRET``, ``PASSWORD``,
+``PASSWD``, ``CREDENTIAL(S)``, ``AUTH``, ``AUTHORIZATION``, ``APIKEY``, or ``KEY`` (``HF_TOKEN``,
+``WANDB_API_KEY``, ``AWS_SECRET_ACCESS_KEY``, ``MY_SERVICE_PASSWORD``, ``hfToken``). Names
+that merely contain those letters are not: ``num_draft_tokens``, ``max_new_tokens``,
+``TOKENIZERS_PARALLELISM``, ``verify_tokens`` (the plural ``TOKENS`` counts tokens, it is no
+token). Matching values are replaced by ``***`` before they reach a log line, an MLflow
+param, an environment capture or an artifact. Argv values that follow a flag whose last
+word is such a word (``--api-key X``, ``--hf-token X``) are redacted too.
 """
 
 from __future__ import annotations
@@ -14,15 +19,20 @@ from collections.abc import Mapping
 __all__ = ["is_secret_name", "redact_env", "redact_argv", "redact_text", "argv_secrets", "scrub_secrets", "REDACTED"]
 
 REDACTED = "***"
-_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
+#: Words that make a name a credential's (compared lower-case, whole words only).
+SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "credential", "credentials", "auth",
+                          "authorization", "apikey", "key"})
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 # Flags are matched on their last word only: --api-key, --hf-token, but not
 # --speculative-num-draft-tokens.
 _SECRET_FLAG = re.compile(r"[-_](token|key|secret|password)$", re.IGNORECASE)
 
 
 def is_secret_name(name: str) -> bool:
-    """True if a variable or flag name looks like it holds a secret."""
-    return bool(_SECRET.search(name))
+    """True if a variable, parameter or flag name names a credential: one of its words is in
+    :data:`SECRET_WORDS` (``HF_TOKEN``, ``server.env.WANDB_API_KEY``, ``--api-key``), not
+    merely a substring (``num_draft_tokens``, ``TOKENIZERS_PARALLELISM`` are not)."""
+    return any(w.lower() in SECRET_WORDS for w in _WORDS.findall(name))
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:

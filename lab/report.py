@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from lab.atomic import savefig_atomic, write_text_atomic
 from lab.config import LabParams
 from lab import stats, theory
 
@@ -52,7 +53,7 @@ def explain_figures(params: LabParams, runs: pd.DataFrame, summary: dict[str, An
     paths = {}
     for name, fig in figs.items():
         path = out_dir / f"{name}.png"
-        fig.savefig(path, dpi=100)
+        savefig_atomic(fig, path, dpi=100)  # lab/atomic.py: never a half-written figure
         plt.close(fig)
         paths[name] = str(path)
     return paths
@@ -88,7 +89,7 @@ Transformers via Speculative Decoding"; EAGLE-3, Li et al. 2025).</p>
 (lab/profiling/trace.py). Traces: the <code>profile/</code> artifacts of each mode's MLflow run (open in ui.perfetto.dev).</p>
 <ul>{% for m, s in profile.sentences.items() %}<li>{{ s }}</li>{% endfor %}{% for m, st in profile.failed.items() %}<li>{{ m }}: profiling {{ st }}</li>{% endfor %}</ul>
 {{ profile_table | safe }}{% endif %}
-<h2>Summary (mean [95 % CI] over repeats; speedup: bootstrap 95 % CI)</h2>
+<h2>Summary (mean [95 % CI] over repeats; speedup: Welch log-ratio 95 % CI over repeats; paired: per prompt)</h2>
 {{ table | safe }}
 <h2>Figures</h2>
 {% for f in figures %}<figure><img alt="{{ f.name }}" src="data:image/png;base64,{{ f.b64 }}"><figcaption>{{ f.name }}</figcaption></figure>
@@ -126,6 +127,8 @@ def _summary_html(summary: dict[str, Any]) -> str:
                          "draft ms": _fmt(e.get("draft_ms")), "decode ms": _fmt(e.get("decode_ms")),
                          "cycle ms": _fmt(e.get("cycle_ms")),
                          "speedup, decode tok/s": _speedup(s, mode, summary.get("baseline")),
+                         "paired per prompt, decode tok/s": _speedup(e.get("paired_speedup_decode_tok_s"), mode,
+                                                                     summary.get("baseline")),
                          "speedup, output tok/s": _speedup(so, mode, summary.get("baseline"))})
     return pd.DataFrame(rows).to_html(index=False, escape=True, border=0)
 
@@ -178,7 +181,5 @@ def write_report(params: LabParams, summary: dict[str, Any], path: Path) -> Path
         break_even=_lowest_level(summary.get("break_even", [])), table=_summary_html(summary), figures=figures,
         config_table=_config_html(params, summary), profile=summary.get("profile"),
         profile_table=_profile_html(summary.get("profile")))
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_text_atomic(path, text)
     return path

@@ -1,10 +1,11 @@
 """Statistics over repeats: confidence intervals and the speedup verdict.
 
 Repeats (default 3) of one (mode, concurrency) give a small sample of a run metric. The
-lab reports a mean with a Student-t 95 % interval (:func:`mean_ci`) and a speedup
-``mean(other) / mean(base)`` with a bootstrap percentile interval (:func:`ratio_ci`),
-then calls it "faster", "slower" or "not distinguishable" (:func:`verdict`) by whether
-the interval excludes 1 (DESIGN.md, "Measurement definitions": "a speedup is reported
+lab reports a mean with a Student-t 95 % interval (:func:`mean_ci`, :func:`metric_ci`;
+counts get an exact Poisson interval, :func:`count_ci`) and a speedup
+``mean(other) / mean(base)`` with a Welch log-ratio interval (:func:`ratio_ci`), then calls it
+"faster", "slower" or "not distinguishable" (:func:`verdict`) by whether the interval
+excludes 1 (DESIGN.md, "Measurement definitions": "a speedup is reported
 with its interval").
 """
 
@@ -17,7 +18,8 @@ from typing import Literal
 import numpy as np
 from scipy import stats as _st
 
-__all__ = ["mean_ci", "ratio_ci", "verdict", "format_speedup"]
+__all__ = ["mean_ci", "ratio_ci", "log_ratio_ci", "count_ci", "metric_ci", "verdict", "format_speedup",
+           "COUNT_METRICS", "FRACTION_METRICS"]
 
 Verdict = Literal["faster", "slower", "not distinguishable"]
 
@@ -54,45 +56,111 @@ def mean_ci(values: Iterable[float | None], confidence: float = 0.95) -> tuple[f
 def ratio_ci(
     base: Iterable[float | None],
     other: Iterable[float | None],
-    n_boot: int = 2000,
-    seed: int = 0,
     confidence: float = 0.95,
 ) -> tuple[float, float, float]:
-    """Ratio of means ``mean(other) / mean(base)`` with a bootstrap percentile interval.
+    """Ratio of means ``mean(other) / mean(base)`` with a Welch log-ratio interval.
 
-    Each bootstrap replicate resamples ``base`` and ``other`` independently with
-    replacement (``numpy.random.default_rng(seed)``) and takes the ratio of their means;
-    the interval is the ``(1 ± confidence) / 2`` percentiles of the replicates
-    (Efron & Tibshirani, *An Introduction to the Bootstrap*, ch. 13).
+    On the log scale the ratio is ``log(mean(other)) - log(mean(base))``; by the delta
+    method each term has variance ``s^2 / (n * mean^2)`` (the squared coefficient of
+    variation of the mean). The interval is ``exp(log ratio ± t_{(1+confidence)/2, df} * se)``
+    with ``se^2 = v_other + v_base`` and Welch-Satterthwaite degrees of freedom
+    ``df = se^4 / (v_other^2 / (n_other - 1) + v_base^2 / (n_base - 1))`` (Welch 1947,
+    *Biometrika* 34:28-35). Unlike a percentile bootstrap over 3 repeats, which covers
+    the true ratio ~79 % of the time, this interval covers at its nominal level at n = 3
+    on normal and log-normal data (``tests/test_stats.py`` simulates it).
 
-    :param base: reference sample, e.g. baseline ``output_tok_s`` per repeat.
-    :param other: compared sample.
-    :param n_boot: replicates (>= 100).
-    :param seed: RNG seed (deterministic result).
+    :param base: reference sample, e.g. baseline ``output_tok_s`` per repeat (> 0).
+    :param other: compared sample (> 0).
     :param confidence: coverage in (0, 1).
     :returns: ``(ratio, lo, hi)``; lo/hi are nan if either sample has fewer than 2
-        values, all three nan if either is empty or ``mean(base)`` is 0.
-    :raises ValueError: ``n_boot < 100`` or confidence outside (0, 1).
+        values, all three nan if either is empty or a mean is not positive. When both
+        samples have zero variance the interval is ``[ratio, ratio]``.
+    :raises ValueError: confidence outside (0, 1).
     """
-    if n_boot < 100:
-        raise ValueError(f"n_boot={n_boot}: use at least 100 bootstrap replicates")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence={confidence}: must be in (0, 1), e.g. 0.95")
     b, o = _clean(base), _clean(other)
-    if b.size == 0 or o.size == 0 or b.mean() == 0:
+    if b.size == 0 or o.size == 0 or b.mean() <= 0 or o.mean() <= 0:
         return (math.nan, math.nan, math.nan)
     ratio = float(o.mean() / b.mean())
     if b.size < 2 or o.size < 2:
         return (ratio, math.nan, math.nan)
-    rng = np.random.default_rng(seed)
-    bm = b[rng.integers(0, b.size, size=(n_boot, b.size))].mean(axis=1)
-    om = o[rng.integers(0, o.size, size=(n_boot, o.size))].mean(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        reps = om / bm
-    reps = reps[np.isfinite(reps)]
-    alpha = (1.0 - confidence) / 2.0
-    lo, hi = np.quantile(reps, [alpha, 1.0 - alpha])
-    return (ratio, float(lo), float(hi))
+    vb = float(b.var(ddof=1)) / (b.size * float(b.mean()) ** 2)
+    vo = float(o.var(ddof=1)) / (o.size * float(o.mean()) ** 2)
+    se = math.sqrt(vb + vo)
+    if se == 0.0:
+        return (ratio, ratio, ratio)
+    df = (vb + vo) ** 2 / ((vb ** 2 / (b.size - 1)) + (vo ** 2 / (o.size - 1)))
+    half = float(_st.t.ppf((1.0 + confidence) / 2.0, df) * se)
+    return (ratio, ratio * math.exp(-half), ratio * math.exp(half))
+
+
+def log_ratio_ci(log_ratios: Iterable[float | None], confidence: float = 0.95) -> tuple[float, float, float]:
+    """Geometric-mean ratio of paired log ratios with a one-sample Student-t interval.
+
+    ``exp(mean(d) ± t_{(1+confidence)/2, n-1} * s_d / sqrt(n))`` for ``d_i = log(other_i /
+    base_i)``, one ``d_i`` per matched unit (a prompt): the paired design, where the
+    unit-to-unit variation cancels (:mod:`lab.paired`).
+
+    :returns: ``(ratio, lo, hi)``; n=1 gives nan bounds, n=0 all nan.
+    :raises ValueError: confidence outside (0, 1).
+    """
+    m, lo, hi = mean_ci(log_ratios, confidence)
+    return tuple(math.exp(v) if math.isfinite(v) else math.nan for v in (m, lo, hi))  # type: ignore[return-value]
+
+
+def count_ci(counts: Iterable[float | None], confidence: float = 0.95) -> tuple[float, float, float]:
+    """Mean count per repeat with an exact Poisson (Garwood) interval; never negative.
+
+    For a total ``k`` over ``n`` repeats: ``lo = chi2.ppf(a/2, 2k) / (2n)``,
+    ``hi = chi2.ppf(1 - a/2, 2k + 2) / (2n)`` with ``a = 1 - confidence`` (Garwood 1936,
+    *Biometrika* 28:437-442); ``lo = 0`` when ``k = 0``. A t-interval on counts such as
+    ``crosscheck_disagreements`` (often 0 or 1) goes below zero and is zero-width for all-zero
+    samples; this one is not.
+
+    :param counts: non-negative counts, one per repeat.
+    :returns: ``(mean, lo, hi)``; all nan when empty.
+    :raises ValueError: confidence outside (0, 1) or a negative count.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence}: must be in (0, 1), e.g. 0.95")
+    x = _clean(counts)
+    if x.size == 0:
+        return (math.nan, math.nan, math.nan)
+    if (x < 0).any():
+        raise ValueError(f"count_ci: negative count in {x.tolist()}. Fix: pass event counts (>= 0)")
+    n, k = x.size, float(x.sum())
+    a = 1.0 - confidence
+    lo = 0.0 if k == 0 else float(_st.chi2.ppf(a / 2.0, 2.0 * k)) / (2.0 * n)
+    hi = float(_st.chi2.ppf(1.0 - a / 2.0, 2.0 * k + 2.0)) / (2.0 * n)
+    return (k / n, lo, hi)
+
+
+#: Metrics that are event counts per repeat: :func:`count_ci`, not a t-interval.
+COUNT_METRICS = frozenset({"crosscheck_disagreements"})
+#: Metrics bounded to [0, 1]: the t-interval is intersected with [0, 1].
+FRACTION_METRICS = frozenset({"error_rate", "verify_graph_fraction", "log_verify_graph_fraction"})
+
+
+def metric_ci(name: str, values: Iterable[float | None], confidence: float = 0.95) -> tuple[float, float, float]:
+    """The interval the lab reports for metric ``name`` over repeats.
+
+    Counts (:data:`COUNT_METRICS`) get :func:`count_ci`; everything else the Student-t
+    interval of :func:`mean_ci`, intersected with [0, 1] for fractions
+    (:data:`FRACTION_METRICS`) and with [0, inf) for the other metrics (times, rates and
+    lengths are never negative). Intersecting an interval with the set the true value must
+    lie in never lowers its coverage.
+
+    :returns: ``(mean, lo, hi)`` as :func:`mean_ci`.
+    """
+    if name in COUNT_METRICS:
+        return count_ci(values, confidence)
+    m, lo, hi = mean_ci(values, confidence)
+    if math.isfinite(lo):
+        lo = max(lo, 0.0)
+    if name in FRACTION_METRICS and math.isfinite(hi):
+        hi = min(hi, 1.0)
+    return (m, lo, hi)
 
 
 def verdict(ratio: float, lo: float, hi: float, *, higher_is_better: bool = True) -> Verdict:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from lab.atomic import write_text_atomic
 from lab.config import ModeParams, ParamsError
 
 __all__ = ["SweepParams", "expand", "mode_name", "write_modes", "check_current", "BEGIN", "END"]
@@ -177,7 +178,7 @@ def write_modes(params_path: Path, *, clear: bool = False) -> tuple[dict[str, di
         load_params(tmp)
     finally:
         tmp.unlink(missing_ok=True)
-    params_path.write_text(new)
+    write_text_atomic(params_path, new)  # a reader (dvc, a notebook) never sees half a params.yaml
     return modes, notes
 
 

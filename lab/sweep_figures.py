@@ -110,6 +110,6 @@ def speedup_heatmap(summary: dict[str, Any]):
     else:
         ax.text(0.5, 0.5, "no baseline to compare against", ha="center", transform=ax.transAxes)
     ax.set_title(f"Decode tok/s speedup over {summary.get('baseline')} "
-                 "(+ faster, - slower, ~ not distinguishable: 95 % bootstrap CI)", fontsize=9)
+                 "(+ faster, - slower, ~ not distinguishable: 95 % Welch log-ratio CI)", fontsize=9)
     _caption(fig, summary)
     return fig

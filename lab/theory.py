@@ -73,7 +73,7 @@ class ModeCosts:
     ``max_accept`` is ``num_steps + 1`` for a chain draft (the most a cycle can emit);
     ``accept_lo``/``accept_hi`` the 95 % interval of the measured accept length;
     ``measured_speedup`` and ``verdict`` the measured decode tok/s ratio over the baseline and
-    its bootstrap verdict (:func:`lab.stats.verdict`), when known.
+    its verdict (:func:`lab.stats.verdict`), when known.
     """
 
     mode: str

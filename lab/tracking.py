@@ -30,11 +30,11 @@ def flatten_params(obj: Any, prefix: str = "") -> dict[str, str]:
     """``{"server": {"port": 30000}}`` -> ``{"server.port": "30000"}``.
 
     Lists become their JSON-ish ``str``, ``None`` becomes ``"null"``, booleans ``"true"``/
-    ``"false"``; keys whose last part looks secret (TOKEN, KEY, SECRET, PASSWORD) are
-    redacted, and so are secret flags' values in lists of strings (``extra_args``). Values are cut to MLflow's 6000-character limit.
+    ``"false"``; keys that name a credential (:func:`lab.redact.is_secret_name`: ``HF_TOKEN``,
+    ``*_API_KEY``; not ``num_draft_tokens``) are redacted, and so are secret flags' values in lists of strings (``extra_args``). Values are cut to MLflow's 6000-character limit.
     """
     out: dict[str, str] = {}
-    if isinstance(obj, Mapping):
+    if isinstance(obj, Mapping) and obj:  # an empty mapping (server.env: {}) is logged as "{}"
         for k, v in obj.items():
             key = f"{prefix}.{k}" if prefix else str(k)
             if is_secret_name(str(k)) and not isinstance(v, Mapping):

@@ -162,7 +162,7 @@ def test_mlflow_down_after_benchmark_keeps_results_then_lab_log(tmp_path, monkey
 def test_secrets_redacted_end_to_end(tmp_path):
     secret, key = "hf_FAKEsecretTOKEN123456", "sk-FAKEapikey987654"
     params = small_params(tmp_path, num_prompts=2, concurrency=[1])
-    params.server.env = {"HF_TOKEN": secret, "MY_SERVICE_PASSWORD": key + "x"}
+    params.server.env = {"HF_TOKEN": secret, "MY_SERVICE_PASSWORD": key + "x", "TOKENIZERS_PARALLELISM": "false"}
     params.server.extra_args = ["--api-key", key]  # SGLang's flag; the emulator logs it as unknown
     out = tmp_path / "baseline"
     result = run_mode(params, "baseline", out)
@@ -176,6 +176,13 @@ def test_secrets_redacted_end_to_end(tmp_path):
     run = client.get_run(result["mlflow_run_id"])
     assert run.data.params["server.env.HF_TOKEN"] == "***"
     assert run.data.params["server.env.MY_SERVICE_PASSWORD"] == "***"
+    # only credentials: token counts and tokenizer settings keep their values (lab.params_log)
+    from lab.params_log import mode_run_params
+
+    assert run.data.params["server.env.TOKENIZERS_PARALLELISM"] == "false"
+    assert run.data.params["bench.max_new_tokens"] == str(params.bench.max_new_tokens)
+    assert {k: v for k, v in run.data.params.items() if not k.startswith("effective.")} == mode_run_params(
+        params, "baseline")
     dumped = json.dumps({"params": run.data.params, "tags": run.data.tags})
     assert secret not in dumped and key not in dumped
     art_dir = client.download_artifacts(result["mlflow_run_id"], "", str(tmp_path / "arts"))

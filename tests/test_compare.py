@@ -59,3 +59,19 @@ def test_lab_summary_prints_table_or_says_what_to_run(tmp_path, capsys):
 def test_missing_cells_print_as_dash(cell):
     row = {"mode": "x", "point": "c1", "decode_tok_s_mean": cell}
     assert "| x | c1 | - |" in summary_markdown([row])
+
+
+def test_caption_uses_the_profiles_own_description():
+    from lab.compare import engine_caption
+    from lab.config import load_params
+    from lab.emulator.profile import load_profile
+
+    params = load_params().model_copy(deep=True)
+    params.emulator.profile = "fast"
+    text = engine_caption({"m": {"engine": "emulator"}}, params)
+    assert load_profile("fast")[0].description.rstrip(".") in text
+    assert "Kimi" not in text and "calibrated to the seeds" not in text  # the fast profile models nothing
+    assert text.endswith("Not a GPU measurement.")
+    params.emulator.profile = "kimi_k25_tp8_pcie"
+    assert "calibrated to the seeds" in engine_caption({"m": {"engine": "emulator"}}, params)
+    assert engine_caption({"m": {"engine": "sglang", "engine_version": "0.5.23"}}) == "engine: sglang (SGLang 0.5.23)"

@@ -92,3 +92,12 @@ def test_log_window_reads_only_new_bytes(tmp_path):
                 "cuda graph: True, gen throughput (token/s): 80.00, #queue-req: 0\n")
     assert "old line" not in w.read() and log_window_timing(w.read())["log_verify_graph_fraction"] == 1.0
     assert LogWindow(tmp_path / "absent.log").read() == ""
+
+
+def test_flag_wording_shows_the_difference_and_the_limit():
+    """A 10.3 % difference reads "disagree by 10.3% (limit 10%)", never "10% (> 10%)"."""
+    cc = cross_checks({"cycle_ms": 11.6, "server_step_ms": 10.4, "gpu_cycle_ms": None,
+                       "verify_graph_fraction": 1.0, "log_verify_graph_fraction": 0.7})
+    text = " | ".join(cc["flags"])
+    assert "disagree by 10.3% (limit 10%)" in text, text  # |11.6 - 10.4| / 11.6
+    assert "disagree by 0.30 (limit" in text

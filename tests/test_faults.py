@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -22,16 +23,25 @@ def _mlflow_run(params, run_id):
     return run, {a.path for a in client.list_artifacts(run_id)}
 
 
-def _after(case, params, out, survived):
-    """No engine left, port free, nothing lost; tallied."""
-    deadline = time.monotonic() + 5
-    while engines_on(params.server.port) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    leaked = len(engines_on(params.server.port))
-    lost = lost_results(out)
-    tally(case, survived=survived, leaked=leaked, lost=lost)
+@contextmanager
+def _case(case, params, out):
+    """Run a fault case's documented-outcome checks, then check that no engine is left, the
+    port is free and nothing was lost; tally the outcome *computed*: survived = every check
+    of the case passed (a failed check is tallied as not survived, then re-raised)."""
+    documented = False
+    try:
+        yield
+        documented = True
+    finally:
+        deadline = time.monotonic() + 5
+        while engines_on(params.server.port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        leaked = len(engines_on(params.server.port))
+        lost = lost_results(out)
+        free = port_free(params.server.port)
+        tally(case, survived=documented and leaked == 0 and lost == 0 and free, leaked=leaked, lost=lost)
     assert leaked == 0, f"{case}: engine processes survived"
-    assert port_free(params.server.port)
+    assert free, f"{case}: port {params.server.port} still bound"
     assert lost == 0, f"{case}: measured requests missing from requests.jsonl"
 
 
@@ -57,26 +67,26 @@ def test_fault_strings_validated():
 def test_exit_during_startup(tmp_path):
     params = small_params(tmp_path, ["exit-on-startup"])
     out = tmp_path / "baseline"
-    t0 = time.perf_counter()
-    with pytest.raises(ServerError) as err:
-        run_mode(params, "baseline", out)
-    assert time.perf_counter() - t0 < 15
-    assert "exited with code 3" in str(err.value) and "CUDA out of memory" in str(err.value)  # log tail
-    _assert_failed_record(params, out)
-    _after("exit during startup", params, out, survived=True)
+    with _case("exit during startup", params, out):
+        t0 = time.perf_counter()
+        with pytest.raises(ServerError) as err:
+            run_mode(params, "baseline", out)
+        assert time.perf_counter() - t0 < 15
+        assert "exited with code 3" in str(err.value) and "CUDA out of memory" in str(err.value)  # log tail
+        _assert_failed_record(params, out)
 
 
 def test_never_ready_times_out_within_deadline(tmp_path):
     params = small_params(tmp_path, ["never-ready"])
     params.server.startup_timeout_s = 3
     out = tmp_path / "baseline"
-    t0 = time.perf_counter()
-    with pytest.raises(ServerError, match="not ready within server.startup_timeout_s=3") as err:
-        run_mode(params, "baseline", out)
-    assert time.perf_counter() - t0 < 3 + params.server.stop_grace_s + 8
-    assert "loading never finishes" in str(err.value)  # the log tail is in the error
-    _assert_failed_record(params, out)
-    _after("never ready", params, out, survived=True)
+    with _case("never ready", params, out):
+        t0 = time.perf_counter()
+        with pytest.raises(ServerError, match="not ready within server.startup_timeout_s=3") as err:
+            run_mode(params, "baseline", out)
+        assert time.perf_counter() - t0 < 3 + params.server.stop_grace_s + 8
+        assert "loading never finishes" in str(err.value)  # the log tail is in the error
+        _assert_failed_record(params, out)
 
 
 def test_crash_mid_benchmark_stops_at_once_and_keeps_measured(tmp_path):
@@ -84,84 +94,98 @@ def test_crash_mid_benchmark_stops_at_once_and_keeps_measured(tmp_path):
     # timeouts are 120 s: finishing in seconds proves nothing waited them out.
     params = small_params(tmp_path, ["crash-after=3"], num_prompts=8, concurrency=[2], request_timeout_s=120)
     out = tmp_path / "baseline"
-    t0 = time.perf_counter()
-    with pytest.raises(BenchError, match=r"engine died \(exit code 70\)") as err:
-        run_mode(params, "baseline", out)
-    assert time.perf_counter() - t0 < 20
-    assert "scheduler died at request 4" in str(err.value)
-    result, lean = _assert_failed_record(params, out)
-    recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
-    assert len(recs) == 8  # every request accounted for: ok, cut, or not sent
-    assert sum(r["ok"] for r in recs) >= 2 and sum(not r["ok"] for r in recs) >= 5
-    assert all(r["error"] for r in recs if not r["ok"])
-    assert result["partial"]["requests_recorded"] == 8 and lean["partial"] is True
-    _after("crash mid-benchmark", params, out, survived=True)
+    with _case("crash mid-benchmark", params, out):
+        t0 = time.perf_counter()
+        with pytest.raises(BenchError, match=r"engine died \(exit code 70\)") as err:
+            run_mode(params, "baseline", out)
+        assert time.perf_counter() - t0 < 20
+        assert "scheduler died at request 4" in str(err.value)
+        result, lean = _assert_failed_record(params, out)
+        recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+        assert len(recs) == 8  # every request accounted for: ok, cut, or not sent
+        assert sum(r["ok"] for r in recs) >= 2 and sum(not r["ok"] for r in recs) >= 5
+        assert all(r["error"] for r in recs if not r["ok"])
+        assert result["partial"]["requests_recorded"] == 8 and lean["partial"] is True
 
 
 def test_http_500_counted_per_level_not_dropped(tmp_path):
     params = small_params(tmp_path, ["http500-every=3"], num_prompts=6, concurrency=[1, 2])
     out = tmp_path / "baseline"
-    result = run_mode(params, "baseline", out)
-    assert result["status"] == "ok"
-    for lvl in ("c1", "c2"):  # requests 3, 6 | 9, 12 fail: 2 of 6 per level
-        agg = result["levels"][lvl]
-        assert (agg["requests"], agg["errors"]) == (6, 2)
-        assert agg["error_rate"]["mean"] == pytest.approx(1 / 3)
-    lean = json.loads((out / "metrics.json").read_text())
-    assert lean["c1.error_rate"] == pytest.approx(1 / 3) and lean["c2.error_rate"] == pytest.approx(1 / 3)
-    recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
-    assert sum(1 for r in recs if (r["error"] or "").startswith("HTTP 500")) == 4
-    from lab.compare import load_results, runs_frame, summarize
+    with _case("HTTP 500 on every 3rd request", params, out):
+        result = run_mode(params, "baseline", out)
+        assert result["status"] == "ok"
+        for lvl in ("c1", "c2"):  # requests 3, 6 | 9, 12 fail: 2 of 6 per level
+            agg = result["levels"][lvl]
+            assert (agg["requests"], agg["errors"]) == (6, 2)
+            assert agg["error_rate"]["mean"] == pytest.approx(1 / 3)
+        lean = json.loads((out / "metrics.json").read_text())
+        assert lean["c1.error_rate"] == pytest.approx(1 / 3) and lean["c2.error_rate"] == pytest.approx(1 / 3)
+        recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+        assert sum(1 for r in recs if (r["error"] or "").startswith("HTTP 500")) == 4
+        from lab.compare import load_results, runs_frame, summarize
 
-    s = summarize(load_results(tmp_path, ["baseline"]), runs_frame(tmp_path, ["baseline"]), None)
-    assert s["modes"]["baseline"]["c2"]["errors"] == 2
-    assert s["modes"]["baseline"]["c2"]["error_rate"]["mean"] == pytest.approx(1 / 3)
-    assert {r["errors"] for r in s["rows"]} == {2}
-    _after("HTTP 500 on every 3rd request", params, out, survived=True)
+        s = summarize(load_results(tmp_path, ["baseline"]), runs_frame(tmp_path, ["baseline"]), None)
+        assert s["modes"]["baseline"]["c2"]["errors"] == 2
+        assert s["modes"]["baseline"]["c2"]["error_rate"]["mean"] == pytest.approx(1 / 3)
+        assert {r["errors"] for r in s["rows"]} == {2}
 
 
 def test_stall_mid_stream_is_measured_not_fatal(tmp_path):
     params = small_params(tmp_path, ["stall=1.0"], num_prompts=2, concurrency=[2], request_timeout_s=30)
     out = tmp_path / "baseline"
-    result = run_mode(params, "baseline", out)
-    assert result["status"] == "ok" and result["levels"]["c2"]["errors"] == 0
-    recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
-    gaps = [b[0] - a[0] for r in recs for a, b in zip(r["chunks"], r["chunks"][1:])]
-    assert max(gaps) >= 0.95  # the stall shows in the inter-chunk latency
-    _after("stream stalled 1 s mid-request", params, out, survived=True)
+    with _case("stream stalled 1 s mid-request", params, out):
+        result = run_mode(params, "baseline", out)
+        assert result["status"] == "ok" and result["levels"]["c2"]["errors"] == 0
+        recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+        gaps = [b[0] - a[0] for r in recs for a, b in zip(r["chunks"], r["chunks"][1:])]
+        assert max(gaps) >= 0.95  # the stall shows in the inter-chunk latency
 
 
 def test_stall_beyond_request_timeout_counts_timeouts(tmp_path):
     params = small_params(tmp_path, ["stall=3"], num_prompts=2, concurrency=[2], request_timeout_s=1)
     out = tmp_path / "baseline"
-    with pytest.raises(BenchError, match=r"no request succeeded at c=2 repeat 0 \(2 sent\): timeout after.*Fix"):
-        run_mode(params, "baseline", out)
-    recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
-    assert len(recs) == 2 and all(r["error"].startswith("timeout") for r in recs)
-    _assert_failed_record(params, out)
-    _after("stream stalled past the request timeout", params, out, survived=True)
+    with _case("stream stalled past the request timeout", params, out):
+        with pytest.raises(BenchError, match=r"no request succeeded at c=2 repeat 0 \(2 sent\): timeout after.*Fix"):
+            run_mode(params, "baseline", out)
+        recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+        assert len(recs) == 2 and all(r["error"].startswith("timeout") for r in recs)
+        _assert_failed_record(params, out)
 
 
 def test_slow_health_while_busy_is_not_death(tmp_path):
     params = small_params(tmp_path, ["slow-health=6"], num_prompts=4, concurrency=[2])
     out = tmp_path / "baseline"
-    result = run_mode(params, "baseline", out)
-    assert result["status"] == "ok" and result["levels"]["c2"]["errors"] == 0
-    recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
-    # nothing waited on /health while requests ran: the whole level took well under 6 s
-    assert max(r["t_end"] for r in recs) - min(r["t_dispatch"] for r in recs) < 3
-    _after("slow /health while busy", params, out, survived=True)
+    with _case("slow /health while busy", params, out):
+        result = run_mode(params, "baseline", out)
+        assert result["status"] == "ok" and result["levels"]["c2"]["errors"] == 0
+        recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+        # nothing waited on /health while requests ran: the whole level took well under 6 s
+        assert max(r["t_end"] for r in recs) - min(r["t_dispatch"] for r in recs) < 3
 
 
 def test_sigterm_ignored_needs_sigkill(tmp_path):
     params = small_params(tmp_path, ["ignore-sigterm"], num_prompts=2, concurrency=[1])
     out = tmp_path / "baseline"
-    result = run_mode(params, "baseline", out)
-    assert result["status"] == "ok"
-    log = (out / "server.log").read_text()
-    assert "ignored SIGTERM for 1 s" in log and "SIGKILLed" in log
-    header = json.loads((out / "ground_truth.jsonl").read_text().splitlines()[0])
-    import psutil
+    with _case("SIGTERM ignored", params, out):
+        result = run_mode(params, "baseline", out)
+        assert result["status"] == "ok"
+        log = (out / "server.log").read_text()
+        assert "ignored SIGTERM for 1 s" in log and "SIGKILLed" in log
+        header = json.loads((out / "ground_truth.jsonl").read_text().splitlines()[0])
+        import psutil
 
-    assert not psutil.pid_exists(header["pid"]) or psutil.Process(header["pid"]).status() == psutil.STATUS_ZOMBIE
-    _after("SIGTERM ignored", params, out, survived=True)
+        assert not psutil.pid_exists(header["pid"]) or psutil.Process(header["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+def test_survived_is_computed_a_failed_check_is_tallied_as_not_survived(tmp_path, monkeypatch):
+    tally_file = tmp_path / "tally.jsonl"
+    monkeypatch.setenv("LAB_RELIABILITY_TALLY", str(tally_file))
+    params = small_params(tmp_path)
+    with pytest.raises(AssertionError, match="documented outcome"):
+        with _case("a case whose check fails", params, tmp_path / "none"):
+            assert False, "documented outcome not met"
+    with _case("a case whose checks pass", params, tmp_path / "none"):
+        pass
+    rows = [json.loads(line) for line in tally_file.read_text().splitlines()]
+    assert [(r["case"], r["survived"]) for r in rows] == [("a case whose check fails", False),
+                                                          ("a case whose checks pass", True)]

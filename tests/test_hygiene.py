@@ -133,3 +133,23 @@ def test_level_that_never_refills_the_batch_is_flagged_once():
     assert len(warnings) == 1, warnings  # c=1 never drains; c=16 with 64 requests = 4 waves
     assert warnings[0].startswith("c=8: 8 requests per repeat") and "bench.num_prompts >= 32" in warnings[0]
     assert hygiene_warnings([{"concurrency": 8, "repeat": 0, "hygiene": {}}], None) == []  # count unknown
+
+
+def test_dispatch_delay_warning_names_the_level_worst_repeat_and_fix():
+    from lab.hygiene import DISPATCH_DELAY_WARN_MS
+
+    runs = [{"concurrency": 1, "repeat": i, "hygiene": {"p99_dispatch_delay_ms": d}} for i, d in enumerate((0.2, 0.3, 0.1))]
+    runs += [{"concurrency": 8, "repeat": i, "hygiene": {"p99_dispatch_delay_ms": d}} for i, d in enumerate((3.0, 12.5, 7.0))]
+    warnings = hygiene_warnings(runs, None)
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("c=8: client dispatch delay p99 12.5 ms (repeat 1)")
+    assert f"> {DISPATCH_DELAY_WARN_MS:g} ms" in warnings[0] and "Fix:" in warnings[0]
+    assert hygiene_warnings([{"concurrency": 1, "repeat": 0, "hygiene": {"p99_dispatch_delay_ms": None}}], None) == []
+
+
+def test_dispatch_delay_warning_from_records_of_a_busy_client():
+    """From client records: a client that sent requests 20 ms after they were due is warned about."""
+    recs = [{"t_dispatch": i * 1.0, "t_send": i * 1.0 + 0.020} for i in range(10)]
+    runs = [{"concurrency": 2, "repeat": 0, "requests": 64, "hygiene": run_hygiene(recs)}]
+    warnings = hygiene_warnings(runs, None)
+    assert len(warnings) == 1 and "client dispatch delay p99 20.0 ms" in warnings[0]

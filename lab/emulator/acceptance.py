@@ -3,7 +3,8 @@
 Chain draft (topk 1): draft token k is accepted iff tokens 1..k-1 were and an independent
 Bernoulli(p) succeeds; the verify always adds one bonus token, so the accept length
 (tokens per cycle) is ``1 + #consecutive accepted drafts`` in ``[1, num_steps + 1]`` with
-mean ``1 + p + ... + p**num_steps`` (seeds: 1.85 at 2 steps gives p = 0.5488).
+mean ``1 + p + ... + p**num_steps`` (1.85 at 2 steps gives p = 0.5488; 1.85 is derived from the
+seeds' 59-61 tok/s at a ~30 ms cycle, not stated in them: profile ``kimi_k25_tp8_pcie``).
 
 Tree draft (topk > 1): a step succeeds if any of its ``topk`` candidates is right,
 ``1 - (1 - p)**topk`` (independence ASSUMPTION), capped at ``num_draft_tokens``.
