@@ -82,9 +82,11 @@ def doctor(params_file: str | None, engine: str | None, modes: list[str] | None,
     print(format_table(report))
     return 0 if report.ok else 1
 def print_summary(reports_dir: Path) -> int:
-    """Print ``reports_dir``'s comparison (caption, table, notice, each mode's measurement
-    warnings); 0, or 2 when the compare stage has not written it yet (the message says to
-    run ``dvc repro``)."""
+    """Print ``reports_dir``'s comparison: the answer (:mod:`lab.answer`: speedups with
+    intervals and verdicts, accept length, verify ms, each warning once naming its modes,
+    where report.html is), then the full table; 0, or 2 when the compare stage has not
+    written it yet (the message says to run ``dvc repro``). Imports nothing heavy."""
+    from lab.answer import answer_text
     from lab.compare import read_summary_rows, summary_markdown
 
     try:
@@ -94,14 +96,8 @@ def print_summary(reports_dir: Path) -> int:
         return 2
     comp_path = reports_dir / "comparison.json"
     comp = json.loads(comp_path.read_text()) if comp_path.is_file() else {}
-    if comp.get("caption"):
-        print(comp["caption"] + "\n")
+    print(answer_text(comp, reports_dir / "report.html") + "\n")
     print(summary_markdown(rows, comp.get("baseline")))
-    if comp.get("notice"):
-        print("\n" + comp["notice"])
-    for mode, ws in (comp.get("warnings") or {}).items():
-        for w in ws:
-            print(f"\nwarning, {mode}: {w}")
     return 0
 
 
