@@ -9,6 +9,8 @@
   (:mod:`lab.preflight`); exit code 0 when ready, 1 when a check failed.
 - ``lab summary [--reports DIR]``: the last comparison as a Markdown table (means, 95 %
   intervals, speedups and verdicts), read from ``reports/summary.csv``.
+- ``lab ui [--port 5000]``: ``mlflow ui`` for the lab's store on 127.0.0.1, printing the URL
+  that opens the experiment on its runs table (:mod:`lab.mlflow_view`).
 - ``lab sweep [--clear] [--repro | --exp [-S k=v ...] [--queue]]``: expand params.yaml's
   ``sweep`` section into generated modes (:mod:`lab.sweep`, docs/sweeps.md), then
   optionally run ``dvc repro`` or ``dvc exp run`` in one command.
@@ -21,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["main", "relog", "doctor", "print_command", "print_summary"]
+__all__ = ["main", "relog", "doctor", "print_command", "print_summary", "ui"]
 
 
 def relog(results_dir: Path, params_file: str | None = None) -> str:
@@ -101,6 +103,43 @@ def print_summary(reports_dir: Path) -> int:
     return 0
 
 
+def ui(params_file: str | None, port: int) -> int:
+    """``lab ui``: MLflow's UI for the lab's tracking store on 127.0.0.1, opening on the runs table.
+
+    Prints the experiment's runs-table URL (:func:`lab.mlflow_view.runs_table_url`: MLflow
+    3.17 otherwise opens on its GenAI overview), then runs ``mlflow ui`` in the foreground
+    (Ctrl-C stops it); returns its exit code, or 2 on bad params / a remote tracking server.
+    """
+    import os
+    import subprocess
+
+    from lab.config import ParamsError, load_params
+    from lab.mlflow_view import runs_table_url
+
+    try:
+        params = load_params(params_file)
+    except ParamsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    uri = params.mlflow.resolved_tracking_uri()
+    if uri.startswith(("http://", "https://")):
+        print(f"The tracking store is a server already: open {uri}/#/experiments?workflowType=machine_learning")
+        return 2
+    from mlflow.tracking import MlflowClient
+
+    exp = MlflowClient(tracking_uri=uri).get_experiment_by_name(params.mlflow.experiment)
+    base = f"http://127.0.0.1:{port}"
+    url = runs_table_url(base, exp.experiment_id) if exp else f"{base}/#/experiments?workflowType=machine_learning"
+    print(f"[lab] MLflow UI for {uri}\n[lab] open: {url}", flush=True)
+    mlflow = str(Path(sys.executable).with_name("mlflow"))
+    cmd = [mlflow if os.path.exists(mlflow) else "mlflow", "ui", "--backend-store-uri", uri,
+           "--host", "127.0.0.1", "--port", str(port)]
+    try:
+        return subprocess.run(cmd).returncode
+    except KeyboardInterrupt:
+        return 0
+
+
 def sweep_cmd(args: argparse.Namespace) -> int:
     """``lab sweep``: write the generated modes, print them and the drop notes, optionally run DVC."""
     import shutil
@@ -149,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     p_cmd.add_argument("--params", default=None)
     p_sum = sub.add_parser("summary", help="print the last comparison as a table (reports/summary.csv)")
     p_sum.add_argument("--reports", type=Path, default=None, help="reports directory (default <repo>/reports)")
+    p_ui = sub.add_parser("ui", help="MLflow UI on 127.0.0.1, opening the experiment's runs table")
+    p_ui.add_argument("--port", type=int, default=5000)
+    p_ui.add_argument("--params", default=None)
     p_sw = sub.add_parser("sweep", help="expand the sweep section into modes (docs/sweeps.md)")
     p_sw.add_argument("--params", default=None, help="params file (default <repo>/params.yaml)")
     p_sw.add_argument("--clear", action="store_true", help="remove the generated modes")
@@ -163,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         return doctor(args.params, args.engine, args.mode, args.python)
     if args.cmd == "sweep":
         return sweep_cmd(args)
+    if args.cmd == "ui":
+        return ui(args.params, args.port)
     if args.cmd == "summary":
         from lab.config import repo_root
 
