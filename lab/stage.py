@@ -138,7 +138,7 @@ def run_stage(stage: str, mode: str | None = None, params_file: str | None = Non
 
     from lab.tracking import STAGE_STARTED_ENV
 
-    os.environ.setdefault(STAGE_STARTED_ENV, str(int(time.time() * 1000)))  # the kernel inherits it
+    os.environ[STAGE_STARTED_ENV] = str(int(time.time() * 1000))  # the kernel inherits it
     root = repo_root()
     params = load_params(params_file or root / "params.yaml")
     _check_sweep_current(Path(params_file) if params_file else root / "params.yaml")
