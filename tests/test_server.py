@@ -197,7 +197,7 @@ def test_dead_server_reported_at_once_with_log_tail(tmp_path):
     t0 = time.perf_counter()
     with pytest.raises(ServerError) as err, ServerProcess(cmd, tmp_path / "server.log", state_dir=tmp_path) as srv:
         srv.wait_ready(60)
-    assert time.perf_counter() - t0 < 10
+    assert time.perf_counter() - t0 < 30  # reported at once, not after the 60 s deadline
     assert "exited with code 3" in str(err.value)
     assert "CUDA out of memory (fake)" in str(err.value)
 
