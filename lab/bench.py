@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from contextlib import contextmanager
@@ -265,11 +266,6 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     params.mode(mode_name)  # unknown mode: fail before anything else
     _check_writable(out)
     prompts = load_prompts(root / params.bench.dataset)
-    for stale in ("metrics.json", "result.json", "requests.jsonl", "runs.json", "server.log", "ground_truth.jsonl"):
-        (out / stale).unlink(missing_ok=True)
-    import shutil
-
-    shutil.rmtree(out / "profile", ignore_errors=True)  # an earlier bench.profile trace
     from lab.grouping import mode_run_name, pipeline_parent
 
     run = open_run(params, run_name=mode_run_name(params, mode_name), tags=run_tags(params, mode=mode_name),
@@ -292,6 +288,10 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
         result["preflight"] = pre.to_dict()
         log(f"[lab] {mode_name}: preflight\n{format_table(pre)}")
         pre.raise_if_failed()
+        # Only now, with the engine about to start, do the previous results go.
+        for stale in ("metrics.json", "result.json", "requests.jsonl", "runs.json", "server.log", "ground_truth.jsonl"):
+            (out / stale).unlink(missing_ok=True)
+        shutil.rmtree(out / "profile", ignore_errors=True)  # an earlier bench.profile trace
         result["environment_tags"] = capture_environment(out / "environment", python=cmd.argv[0],
                                                          server_env=cmd.env, engine=params.engine)
         with _sigterm_as_exit(), ServerProcess(cmd, out / "server.log",
@@ -434,6 +434,10 @@ def _finish_tracking(run: RunHandle, out: Path, result: dict[str, Any], status: 
                       **result.get("environment_tags", {})})
         sentinel.log_to_run(run, result)
         run.log_metrics(result.get("headline", {}))
+        from lab.mlflow_view import interval_metrics, warning_tags
+
+        run.log_metrics(interval_metrics(result.get("levels") or {}))  # means' 95 % intervals
+        run.set_tags(warning_tags(result))  # one-wave, hygiene and cross-check warnings
         startup = result.get("startup") or {}
         run.log_metrics({"startup_s": startup.get("startup_s"),
                          **{f"startup.{k}": v for k, v in (startup.get("phases") or {}).items()}})

@@ -9,6 +9,8 @@
   (:mod:`lab.preflight`); exit code 0 when ready, 1 when a check failed.
 - ``lab summary [--reports DIR]``: the last comparison as a Markdown table (means, 95 %
   intervals, speedups and verdicts), read from ``reports/summary.csv``.
+- ``lab ui [--port 5000]``: ``mlflow ui`` for the lab's store on 127.0.0.1, printing the URL
+  that opens the experiment on its runs table (:mod:`lab.mlflow_view`).
 - ``lab sweep [--clear] [--repro | --exp [-S k=v ...] [--queue]]``: expand params.yaml's
   ``sweep`` section into generated modes (:mod:`lab.sweep`, docs/sweeps.md), then
   optionally run ``dvc repro`` or ``dvc exp run`` in one command.
@@ -21,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["main", "relog", "doctor", "print_command", "print_summary"]
+__all__ = ["main", "relog", "doctor", "print_command", "print_summary", "ui"]
 
 
 def relog(results_dir: Path, params_file: str | None = None) -> str:
@@ -82,9 +84,11 @@ def doctor(params_file: str | None, engine: str | None, modes: list[str] | None,
     print(format_table(report))
     return 0 if report.ok else 1
 def print_summary(reports_dir: Path) -> int:
-    """Print ``reports_dir``'s comparison (caption, table, notice, each mode's measurement
-    warnings); 0, or 2 when the compare stage has not written it yet (the message says to
-    run ``dvc repro``)."""
+    """Print ``reports_dir``'s comparison: the answer (:mod:`lab.answer`: speedups with
+    intervals and verdicts, accept length, verify ms, each warning once naming its modes,
+    where report.html is), then the full table; 0, or 2 when the compare stage has not
+    written it yet (the message says to run ``dvc repro``). Imports nothing heavy."""
+    from lab.answer import answer_text
     from lab.compare import read_summary_rows, summary_markdown
 
     try:
@@ -94,15 +98,46 @@ def print_summary(reports_dir: Path) -> int:
         return 2
     comp_path = reports_dir / "comparison.json"
     comp = json.loads(comp_path.read_text()) if comp_path.is_file() else {}
-    if comp.get("caption"):
-        print(comp["caption"] + "\n")
+    print(answer_text(comp, reports_dir / "report.html") + "\n")
     print(summary_markdown(rows, comp.get("baseline")))
-    if comp.get("notice"):
-        print("\n" + comp["notice"])
-    for mode, ws in (comp.get("warnings") or {}).items():
-        for w in ws:
-            print(f"\nwarning, {mode}: {w}")
     return 0
+
+
+def ui(params_file: str | None, port: int) -> int:
+    """``lab ui``: MLflow's UI for the lab's tracking store on 127.0.0.1, opening on the runs table.
+
+    Prints the experiment's runs-table URL (:func:`lab.mlflow_view.runs_table_url`: MLflow
+    3.17 otherwise opens on its GenAI overview), then runs ``mlflow ui`` in the foreground
+    (Ctrl-C stops it); returns its exit code, or 2 on bad params / a remote tracking server.
+    """
+    import os
+    import subprocess
+
+    from lab.config import ParamsError, load_params
+    from lab.mlflow_view import runs_table_url
+
+    try:
+        params = load_params(params_file)
+    except ParamsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    uri = params.mlflow.resolved_tracking_uri()
+    if uri.startswith(("http://", "https://")):
+        print(f"The tracking store is a server already: open {uri}/#/experiments?workflowType=machine_learning")
+        return 2
+    from mlflow.tracking import MlflowClient
+
+    exp = MlflowClient(tracking_uri=uri).get_experiment_by_name(params.mlflow.experiment)
+    base = f"http://127.0.0.1:{port}"
+    url = runs_table_url(base, exp.experiment_id) if exp else f"{base}/#/experiments?workflowType=machine_learning"
+    print(f"[lab] MLflow UI for {uri}\n[lab] open: {url}", flush=True)
+    mlflow = str(Path(sys.executable).with_name("mlflow"))
+    cmd = [mlflow if os.path.exists(mlflow) else "mlflow", "ui", "--backend-store-uri", uri,
+           "--host", "127.0.0.1", "--port", str(port)]
+    try:
+        return subprocess.run(cmd).returncode
+    except KeyboardInterrupt:
+        return 0
 
 
 def sweep_cmd(args: argparse.Namespace) -> int:
@@ -153,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     p_cmd.add_argument("--params", default=None)
     p_sum = sub.add_parser("summary", help="print the last comparison as a table (reports/summary.csv)")
     p_sum.add_argument("--reports", type=Path, default=None, help="reports directory (default <repo>/reports)")
+    p_ui = sub.add_parser("ui", help="MLflow UI on 127.0.0.1, opening the experiment's runs table")
+    p_ui.add_argument("--port", type=int, default=5000)
+    p_ui.add_argument("--params", default=None)
     p_sw = sub.add_parser("sweep", help="expand the sweep section into modes (docs/sweeps.md)")
     p_sw.add_argument("--params", default=None, help="params file (default <repo>/params.yaml)")
     p_sw.add_argument("--clear", action="store_true", help="remove the generated modes")
@@ -167,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         return doctor(args.params, args.engine, args.mode, args.python)
     if args.cmd == "sweep":
         return sweep_cmd(args)
+    if args.cmd == "ui":
+        return ui(args.params, args.port)
     if args.cmd == "summary":
         from lab.config import repo_root
 

@@ -16,11 +16,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from lab import stats
 from lab.config import LabParams, repo_root
 from lab.effective import identical_modes, identical_notice
+
+if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fast
+    import pandas as pd
 
 __all__ = ["CompareError", "load_results", "runs_frame", "requests_frame", "summarize",
            "engine_caption", "run_compare", "summary_markdown", "read_summary_rows", "SPEEDUP_METRICS"]
@@ -57,6 +60,8 @@ def load_results(results_dir: Path, modes: list[str]) -> dict[str, dict[str, Any
 
 def runs_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
     """One row per (mode, concurrency, repeat) with that run's summary metrics."""
+    import pandas as pd
+
     rows = []
     for mode in modes:
         for run in json.loads((results_dir / mode / "runs.json").read_text()):
@@ -70,6 +75,8 @@ def runs_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
 def requests_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
     """One row per measured ok request at a primary point: mode, concurrency, completion_tokens,
     spec_verify_ct, accept_length."""
+    import pandas as pd
+
     rows = []
     for mode in modes:
         path = results_dir / mode / "requests.jsonl"
@@ -235,10 +242,11 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     _write_csv(summary["rows"], rep_dir / "summary.csv")
     from lab.atomic import write_text_atomic
 
-    warn_lines = [f"- {m}: {w}" for m, ws in summary["warnings"].items() for w in ws]
+    from lab.answer import answer_markdown
+
+    # Opens with the answer (each warning once, naming its modes), then the full table.
     write_text_atomic(rep_dir / "summary.md", "\n\n".join(
-        [summary["caption"], summary_markdown(summary["rows"], baseline), *(["Warnings:\n" + "\n".join(warn_lines)]
-                                                                            if warn_lines else [])]) + "\n")
+        [answer_markdown(summary, "report.html"), summary_markdown(summary["rows"], baseline)]) + "\n")
     report.write_report(params, summary, rep_dir / "report.html")
     if track:
         try:
@@ -330,6 +338,8 @@ def read_summary_rows(path: str | Path) -> list[dict[str, str]]:
 
 def summary_table(summary: dict[str, Any]) -> pd.DataFrame:
     """The comparison as a table: one row per mode x level with means, CIs and verdicts."""
+    import pandas as pd
+
     cols = ["mode", "concurrency", "decode_tok_s_mean", "decode_tok_s_ci95_lo", "decode_tok_s_ci95_hi",
             "output_tok_s_mean", "accept_length_mean", "verify_ms_mean", "draft_ms_mean", "cycle_ms_mean",
             "speedup_decode_tok_s", "speedup_decode_tok_s_ci95_lo", "speedup_decode_tok_s_ci95_hi",

@@ -114,4 +114,44 @@ def finish_parent(params: LabParams, run_id: str, metrics: dict[str, float], tag
     handle.finish("FINISHED")
 
 
-__all__ += ["finish_parent", "TrackingError"]
+def known_parent(params: LabParams, root: Path | None = None) -> str | None:
+    """This pipeline run's parent id if a stage already created it (never creates one)."""
+    root = root or repo_root()
+    path = root / PARENT_FILE
+    try:
+        return json.loads(path.read_text()).get(pipeline_key(params, root)) if path.is_file() else None
+    except ValueError:
+        return None
+
+
+def close_pipeline_runs(params: LabParams, ok: bool, root: Path | None = None) -> list[str]:
+    """At the end of every stage: end this pipeline's parent run (``FINISHED`` when the stage
+    succeeded, else ``FAILED``; end time now) and, after a failure, any of its child runs
+    still RUNNING (a kernel killed before its ``finally``). Returns the ids changed.
+
+    The parent is therefore never left RUNNING between stages (``dvc repro bench@baseline``
+    alone, or a failed stage); the next stage of the same pipeline run reuses it and ends it
+    again. Does nothing when no stage created the parent. DVC runs one pipeline's stages one
+    at a time, so no RUNNING child belongs to a live stage.
+
+    :raises TrackingError: MLflow rejected a call.
+    """
+    import time
+
+    parent = known_parent(params, root)
+    if not parent:
+        return []
+    try:
+        client = _client(params)
+        run = client.get_run(parent)
+        changed = [] if ok else [r.info.run_id for r in client.search_runs(
+            [run.info.experiment_id], f"tags.mlflow.parentRunId = '{parent}' and attributes.status = 'RUNNING'")]
+        for run_id in changed:
+            client.set_terminated(run_id, "FAILED")
+        client.set_terminated(parent, "FINISHED" if ok else "FAILED", end_time=int(time.time() * 1000))
+        return changed + ([parent] if run.info.status == "RUNNING" else [])
+    except Exception as exc:  # MlflowException, sqlalchemy, requests...
+        raise TrackingError(f"MLflow at {params.mlflow.resolved_tracking_uri()}: {exc}") from exc
+
+
+__all__ += ["finish_parent", "TrackingError", "known_parent", "close_pipeline_runs"]

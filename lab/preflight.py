@@ -366,11 +366,14 @@ def _cheap_checks(params: LabParams, results_dir: Path) -> list[Check]:
 
 def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: str = sys.executable,
                   results_dir: str | os.PathLike[str] | None = None,
-                  timeout_s: float = ARGV_CHECK_TIMEOUT_S) -> PreflightReport:
+                  timeout_s: float = ARGV_CHECK_TIMEOUT_S, check_argv: bool = True) -> PreflightReport:
     """Run every check that applies to ``params.engine`` for ``modes`` (default: all modes).
 
     :param python: the interpreter that will run the server (its SGLang is checked).
     :param results_dir: where results and logs go (free disk is checked there).
+    :param check_argv: parse each mode's argv with SGLang's parser (it imports torch: tens
+        of seconds cold). ``lab.stage`` passes False for its seconds-long check before the
+        notebook starts; the notebook's own preflight then parses the argv.
     :returns: the :class:`PreflightReport` (call ``raise_if_failed`` to stop on failure).
     """
     from lab.server import build_server_command
@@ -394,7 +397,9 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
     sg = sglang_check(python, timeout_s)
     checks.append(sg)
     for mode in modes:
-        if sg.status == OK:
+        if sg.status == OK and not check_argv:
+            checks.append(Check(f"argv[{mode}]", SKIP, "parsed by SGLang's parser in the stage's notebook, next"))
+        elif sg.status == OK:
             checks.append(argv_check(mode, build_server_command(params, mode, python=python).flags, python, timeout_s))
         else:
             checks.append(Check(f"argv[{mode}]", SKIP, "SGLang not importable by this Python: launch flags not "

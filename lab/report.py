@@ -73,10 +73,8 @@ figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #e
 li { margin-bottom: 0.4em; }
 </style></head><body>
 <h1>Does EAGLE-3 beat plain decoding here?</h1>
+{{ answer | safe }}
 <p class="caption">{{ caption }}</p>
-{% if notice %}<p class="notice">{{ notice }}</p>{% endif %}
-{% if warnings %}<h2>Measurement warnings</h2>
-<ul>{% for mode, ws in warnings.items() %}{% for w in ws %}<li><b>{{ mode }}</b>: {{ w }}</li>{% endfor %}{% endfor %}</ul>{% endif %}
 <h2>Break-even explanation</h2>
 <p>A chain draft emits <i>accept length</i> tokens per cycle of <i>draft_ms + verify_ms</i>; plain decoding
 emits one token per <i>decode_ms</i>. Speedup = accept_length &times; decode_ms / (draft_ms + verify_ms);
@@ -172,12 +170,14 @@ def write_report(params: LabParams, summary: dict[str, Any], path: Path) -> Path
     """
     import jinja2
 
+    from lab.answer import answer_html
+
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     figures = [{"name": name, "b64": base64.b64encode(Path(p).read_bytes()).decode("ascii")}
                for name, p in summary.get("figures", {}).items()]
     text = env.from_string(_TEMPLATE).render(
-        engine=html.escape(params.engine), caption=summary.get("caption", ""), notice=summary.get("notice"),
-        warnings=summary.get("warnings") or {},
+        engine=html.escape(params.engine), caption=summary.get("caption", ""),
+        answer=answer_html(summary),  # the answer first; each warning once, naming its modes
         break_even=_lowest_level(summary.get("break_even", [])), table=_summary_html(summary), figures=figures,
         config_table=_config_html(params, summary), profile=summary.get("profile"),
         profile_table=_profile_html(summary.get("profile")))

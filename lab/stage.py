@@ -19,7 +19,7 @@ from typing import Any
 
 from lab.config import LabParams, ParamsError, load_params, repo_root
 
-__all__ = ["stage_parameters", "run_stage", "main"]
+__all__ = ["stage_parameters", "run_stage", "main", "PreflightFailed", "physics_without_cuda"]
 
 
 def stage_parameters(params: LabParams, stage: str, mode: str | None = None) -> tuple[str, dict[str, Any], str]:
@@ -40,25 +40,120 @@ def stage_parameters(params: LabParams, stage: str, mode: str | None = None) -> 
     raise ParamsError(f"unknown stage {stage!r}. Fix: use bench, compare or physics")
 
 
+class PreflightFailed(RuntimeError):
+    """A check before the notebook failed; the message is the table or error to show."""
+
+
+def _preflight(params: LabParams, stage: str, mode: str | None, root: Path, out_dir: Path) -> None:
+    """Seconds-long checks before papermill starts a kernel (issue 11: a stage that cannot
+    start fails fast, shows the short table, deletes nothing and leaves no MLflow run).
+
+    - ``bench``: :func:`lab.preflight.run_preflight` without the SGLang argv parse (the
+      notebook's own preflight does it): port, disk, dataset, emulator profile; with
+      ``engine: sglang`` also GPUs, SGLang importable and the weights.
+    - ``compare``: every mode's ``result.json`` exists and says ``ok``.
+
+    :raises PreflightFailed: with the table or the error.
+    """
+    if stage == "bench":
+        from lab.preflight import format_table, run_preflight
+        from lab.server import build_server_command, stop_stale_servers
+
+        stop_stale_servers(log=lambda m: print(m, file=sys.stderr, flush=True))  # ours would hold the port
+        python = build_server_command(params, mode).argv[0]
+        report = run_preflight(params, [mode], python=python, results_dir=out_dir, check_argv=False)
+        if not report.ok:
+            raise PreflightFailed(f"stage bench {mode}: preflight failed before any engine started; "
+                                  f"nothing was deleted ({out_dir} keeps its previous results)\n"
+                                  + format_table(report))
+    elif stage == "compare":
+        from lab.compare import CompareError, load_results
+
+        try:
+            load_results(root / "results", list(params.modes))
+        except CompareError as exc:
+            raise PreflightFailed(f"stage compare: {exc}") from None
+
+
+def physics_without_cuda() -> str | None:
+    """Why the physics stage cannot measure here, found without importing torch: the
+    ``not run`` status of :mod:`lab.physics.run`, or None when torch and an NVIDIA GPU are
+    both present (then the notebook runs and decides)."""
+    import importlib.util
+
+    from lab.physics.run import STATUS_NO_CUDA, STATUS_NO_TORCH
+
+    if importlib.util.find_spec("torch") is None:
+        return STATUS_NO_TORCH
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            n = pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no driver, no library: no CUDA device for torch either
+        return STATUS_NO_CUDA
+    return None if n else STATUS_NO_CUDA
+
+
+def _physics_not_run(params: LabParams, out_dir: Path, root: Path) -> Path:
+    """The physics stage without a kernel: :func:`lab.physics.run_physics` records the
+    ``not run`` status (it probes torch itself), the output notebook is the committed one
+    with a first cell saying it was not executed and why, and the run is logged to MLflow."""
+    import json
+
+    from lab.physics.run import run_physics
+    from lab.tracking import log_physics
+
+    metrics = run_physics(params.physics.model_dump(mode="json"), out_dir)
+    nb = json.loads((root / "notebooks" / "physics.ipynb").read_text())
+    nb["cells"].insert(0, {"cell_type": "markdown", "metadata": {}, "id": "lab-not-executed",
+                           "source": [f"**Not executed: {metrics['status']}.** `lab.stage` found no CUDA device "
+                                      "(or no PyTorch) before starting a kernel, recorded the status in "
+                                      "`metrics.json` and drew nothing."]})
+    output = out_dir / "physics.ipynb"
+    from lab.atomic import write_text_atomic
+
+    write_text_atomic(output, json.dumps(nb, indent=1) + "\n")
+    run_id = log_physics(params, metrics, out_dir)
+    if run_id:
+        write_text_atomic(out_dir / "mlflow_run.json", json.dumps({"mlflow_run_id": run_id}))
+    _log_executed_notebook(params, output)
+    return output
+
+
 def run_stage(stage: str, mode: str | None = None, params_file: str | None = None) -> Path:
-    """Validate params, then execute the stage's notebook; returns the executed copy's path.
+    """Validate params, run the stage's fast checks, then execute its notebook; returns the
+    executed copy's path.
 
     :raises ParamsError: invalid params (before anything starts).
+    :raises PreflightFailed: a check before the notebook failed (nothing started or deleted).
     :raises papermill.PapermillExecutionError: a notebook cell failed (the executed copy,
         with the traceback, is still written).
     """
-    import papermill as pm
+    import os
+    import time
 
+    from lab.tracking import STAGE_STARTED_ENV
+
+    os.environ[STAGE_STARTED_ENV] = str(int(time.time() * 1000))  # the kernel inherits it
     root = repo_root()
     params = load_params(params_file or root / "params.yaml")
     _check_sweep_current(Path(params_file) if params_file else root / "params.yaml")
     check_deps_tracked(root, stage)
     name, parameters, results_dir = stage_parameters(params, stage, mode)
     out_dir = root / results_dir
+    _preflight(params, stage, mode, root, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / f"{name}.ipynb"
     if params_file:
         parameters["params_file"] = str(Path(params_file).resolve())
+    if stage == "physics" and physics_without_cuda():
+        return _physics_not_run(params, out_dir, root)
+    import papermill as pm
+
     from lab.interrupt import forward_signals
     from lab.server import stop_stale_servers
 
@@ -104,6 +199,9 @@ def _log_executed_notebook(params: LabParams, notebook: Path) -> None:
             if run_id:
                 try:
                     attach_artifact(params, run_id, notebook)
+                    from lab.mlflow_view import end_run_now
+
+                    end_run_now(params, run_id)  # the run's duration is the stage's
                 except TrackingError as exc:
                     print(f"[lab] could not attach {notebook} to MLflow run {run_id}: {exc}", file=sys.stderr)
             return
@@ -187,21 +285,50 @@ def main(argv: list[str] | None = None) -> int:
     from lab.interrupt import die_with_launcher
 
     die_with_launcher()  # dvc killed -> SIGTERM here -> forwarded to the kernel
+    where = f"{args.stage}{' ' + args.mode if args.mode else ''}"
     try:
         out = run_stage(args.stage, args.mode, args.params)
     except ParamsError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        _close_pipeline_runs(args.params, ok=False)
+        return 2
+    except PreflightFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        _close_pipeline_runs(args.params, ok=False)
         return 2
     except KeyboardInterrupt as exc:
         print(f"error: stage {args.stage} interrupted ({exc}); no engine left running", file=sys.stderr)
+        _close_pipeline_runs(args.params, ok=False)
         return 130
     except Exception as exc:  # papermill's error already printed the failing cell
+        _close_pipeline_runs(args.params, ok=False)
         name = type(exc).__name__
-        print(f"error: stage {args.stage}{' ' + args.mode if args.mode else ''} failed ({name}: {exc}); "
+        print(f"error: stage {where} failed ({name}: {exc}); "
               f"see the executed notebook under results/ and the server log", file=sys.stderr)
         return 1
+    _close_pipeline_runs(args.params, ok=True)
     print(f"[lab] executed notebook: {out}")
+    if args.stage == "compare":  # the last stage: `dvc repro` ends with the answer
+        from lab.answer import load_answer
+
+        print("\n" + load_answer(out.parent), flush=True)
     return 0
+
+
+def _close_pipeline_runs(params_file: str | None, ok: bool) -> None:
+    """End the pipeline's parent run with this stage's outcome (and, after a failure, its
+    children left RUNNING): :func:`lab.grouping.close_pipeline_runs`. Never raises."""
+    try:
+        from lab.grouping import close_pipeline_runs
+
+        params = load_params(params_file or repo_root() / "params.yaml")
+        changed = close_pipeline_runs(params, ok)
+        if not ok and changed:
+            print(f"[lab] MLflow runs marked FAILED (this stage failed): {', '.join(changed)}", file=sys.stderr)
+    except ParamsError:
+        pass  # the stage's own error said what is wrong; no stage could open a run with these params
+    except Exception as exc:  # MLflow down: the stage's own outcome is what matters
+        print(f"[lab] could not end the pipeline's MLflow run: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":

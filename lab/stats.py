@@ -16,7 +16,6 @@ from collections.abc import Iterable
 from typing import Literal
 
 import numpy as np
-from scipy import stats as _st
 
 __all__ = ["mean_ci", "ratio_ci", "log_ratio_ci", "count_ci", "metric_ci", "verdict", "format_speedup",
            "COUNT_METRICS", "FRACTION_METRICS"]
@@ -49,6 +48,8 @@ def mean_ci(values: Iterable[float | None], confidence: float = 0.95) -> tuple[f
     mean = float(x.mean())
     if n == 1:
         return (mean, math.nan, math.nan)
+    from scipy import stats as _st  # imported here: `lab summary` must start fast
+
     half = float(_st.t.ppf((1.0 + confidence) / 2.0, df=n - 1) * x.std(ddof=1) / math.sqrt(n))
     return (mean, mean - half, mean + half)
 

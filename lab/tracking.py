@@ -142,6 +142,27 @@ class RunHandle:
         self.finish("FINISHED" if exc_type is None else "FAILED")
 
 
+#: Set by :mod:`lab.stage` (epoch ms) for the notebook it runs: a stage's MLflow run starts
+#: when the stage started, not when its notebook reached the logging cell.
+STAGE_STARTED_ENV = "LAB_STAGE_STARTED_MS"
+
+
+def stage_started_ms() -> int | None:
+    """The running stage's start (epoch ms) from ``$LAB_STAGE_STARTED_MS``, or None."""
+    v = os.environ.get(STAGE_STARTED_ENV, "")
+    return int(v) if v.isdigit() else None
+
+
+def artifact_location(uri: str) -> str | None:
+    """Where a new experiment keeps its artifacts: ``mlruns/`` beside a local SQLite
+    database (MLflow's default, ``./mlruns``, is relative to the *current directory*: a
+    test's tmp database would drop its artifacts into the project); None (the server's
+    default) for other stores."""
+    if uri.startswith("sqlite:///") and ":memory:" not in uri:
+        return (Path(uri[len("sqlite:///"):]).resolve().parent / "mlruns").as_uri()
+    return None
+
+
 def open_run(params: LabParams, *, run_name: str, tags: Mapping[str, str],
              parent_run_id: str | None = None) -> RunHandle:
     """Create a run in ``params.mlflow.experiment`` (creating the experiment if needed).
@@ -157,11 +178,12 @@ def open_run(params: LabParams, *, run_name: str, tags: Mapping[str, str],
     try:
         client = MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name(params.mlflow.experiment)
-        exp_id = exp.experiment_id if exp else client.create_experiment(params.mlflow.experiment)
+        exp_id = exp.experiment_id if exp else client.create_experiment(
+            params.mlflow.experiment, artifact_location=artifact_location(uri))
         all_tags = {"mlflow.runName": run_name, **tags}
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
-        run = client.create_run(exp_id, tags=all_tags, run_name=run_name)
+        run = client.create_run(exp_id, tags=all_tags, run_name=run_name, start_time=stage_started_ms())
     except Exception as exc:
         raise TrackingError(
             f"cannot use MLflow tracking URI {uri!r}: {exc}. Fix: start the tracking server or "

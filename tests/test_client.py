@@ -112,7 +112,7 @@ def test_errors_are_recorded_not_dropped():
     ]
     t0 = time.perf_counter()
     recs = run(texts, concurrency=6, timeout_s=0.4)
-    assert time.perf_counter() - t0 < 3.0
+    assert time.perf_counter() - t0 < 30  # nothing hangs (a loose bound: the verdict must not depend on load)
     assert len(recs) == 6 and [r["prompt_index"] for r in recs] == list(range(6))
     ok, http, bad, err, nodone, slow = recs
     assert ok["ok"] and ok["completion_tokens"] == 2
@@ -135,7 +135,7 @@ def test_server_killed_mid_run_stops_promptly(subprocess_server):
     t0 = time.perf_counter()
     recs = asyncio.run(main())
     elapsed = time.perf_counter() - t0
-    assert elapsed < 3.0  # did not wait for request timeouts (60 s)
+    assert elapsed < 30  # did not wait for request timeouts (60 s); `not_sent` below shows it stopped sending
     assert len(recs) == 40 and not any(r["ok"] for r in recs)
     sent = [r for r in recs if r["t_send"] is not None]
     not_sent = [r for r in recs if r["t_send"] is None]
@@ -149,7 +149,7 @@ def test_connection_refused_from_start():
     t0 = time.perf_counter()
     recs = asyncio.run(run_requests(url, [(i, "x") for i in range(20)], concurrency=3, max_new_tokens=4,
                                     temperature=0.0, timeout_s=60.0, rid_prefix="r", progress_desc=None))
-    assert time.perf_counter() - t0 < 2.0
+    assert time.perf_counter() - t0 < 30  # did not wait for request timeouts (60 s)
     assert not any(r["ok"] for r in recs)
     assert sum(r["t_send"] is not None for r in recs) <= 3
     assert sum(r["error"].startswith(NOT_SENT_PREFIX) for r in recs) >= 17

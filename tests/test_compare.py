@@ -47,12 +47,18 @@ def test_lab_summary_prints_table_or_says_what_to_run(tmp_path, capsys):
     assert "run `dvc repro`" in capsys.readouterr().err
     summary = _summary()
     _write_csv(summary["rows"], tmp_path / "summary.csv")
-    (tmp_path / "comparison.json").write_text(json.dumps({"baseline": "base", "caption": "engine: emulator",
-                                                          "notice": None, "warnings": {"spec": ["c=8: one wave"]}}))
+    comp = {k: v for k, v in summary.items() if k != "rows"}
+    comp.update(caption="engine: emulator", warnings={"base": ["c=8: one wave"], "spec": ["c=8: one wave"]})
+    (tmp_path / "comparison.json").write_text(json.dumps(comp))
     assert lab_main(["summary", "--reports", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("engine: emulator") and "| spec | c1 | 97.0 [94.5, 99.5]" in out
-    assert out.rstrip().endswith("warning, spec: c=8: one wave")
+    # the answer first (lab.answer), then the full table
+    assert out.startswith("Does EAGLE-3 beat plain decoding here? Speedup over base")
+    answer, table = out.split("\n\n", 1)
+    assert "    c1: decode tok/s 1.18x [" in answer and "accept length 1.90, verify 18.0 ms" in answer
+    assert answer.count("c=8: one wave") == 1 and "Warning (base, spec): c=8: one wave" in answer
+    assert f"Report: {tmp_path / 'report.html'}" in answer
+    assert "| spec | c1 | 97.0 [94.5, 99.5]" in table
 
 
 @pytest.mark.parametrize("cell", ["", "nan", None])

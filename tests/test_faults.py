@@ -68,10 +68,11 @@ def test_exit_during_startup(tmp_path):
     params = small_params(tmp_path, ["exit-on-startup"])
     out = tmp_path / "baseline"
     with _case("exit during startup", params, out):
-        t0 = time.perf_counter()
         with pytest.raises(ServerError) as err:
             run_mode(params, "baseline", out)
-        assert time.perf_counter() - t0 < 15
+        # reported because the engine exited, not by the server.startup_timeout_s=30 deadline
+        # (the error says which; no wall-clock bound, so machine load cannot decide the verdict)
+        assert "not ready within" not in str(err.value)
         assert "exited with code 3" in str(err.value) and "CUDA out of memory" in str(err.value)  # log tail
         _assert_failed_record(params, out)
 
@@ -81,10 +82,13 @@ def test_never_ready_times_out_within_deadline(tmp_path):
     params.server.startup_timeout_s = 3
     out = tmp_path / "baseline"
     with _case("never ready", params, out):
-        t0 = time.perf_counter()
         with pytest.raises(ServerError, match="not ready within server.startup_timeout_s=3") as err:
             run_mode(params, "baseline", out)
-        assert time.perf_counter() - t0 < 3 + params.server.stop_grace_s + 8
+        # the lab gave up at its deadline, on the engine's clock (result.json `startup.startup_s`):
+        # not earlier, and not much later (one poll; the whole run_mode's wall time includes
+        # MLflow's database set-up and the emulator's start, which a loaded machine stretches)
+        startup_s = json.loads((out / "result.json").read_text())["startup"]["startup_s"]
+        assert 3.0 <= startup_s < 3.0 + 5.0, startup_s
         assert "loading never finishes" in str(err.value)  # the log tail is in the error
         _assert_failed_record(params, out)
 
@@ -98,7 +102,7 @@ def test_crash_mid_benchmark_stops_at_once_and_keeps_measured(tmp_path):
         t0 = time.perf_counter()
         with pytest.raises(BenchError, match=r"engine died \(exit code 70\)") as err:
             run_mode(params, "baseline", out)
-        assert time.perf_counter() - t0 < 20
+        assert time.perf_counter() - t0 < 60  # half the 120 s request timeout: none was waited out
         assert "scheduler died at request 4" in str(err.value)
         result, lean = _assert_failed_record(params, out)
         recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -26,22 +25,7 @@ from lab.server import (
 
 ROOT = Path(__file__).resolve().parents[1]
 SGLANG_VERSION = "0.5.23"
-
-
-@pytest.fixture(scope="session")
-def sglang_nodeps() -> Path:
-    """SGLang 0.5.23 + msgspec installed without dependencies under .cache/ (DESIGN.md)."""
-    target = ROOT / ".cache" / f"sglang-nodeps-{SGLANG_VERSION}"
-    if not (target / "sglang" / "srt" / "arg_groups").is_dir():
-        pkgs = [f"sglang=={SGLANG_VERSION}", "msgspec"]
-        if shutil.which("uv"):
-            cmd = ["uv", "pip", "install", "--quiet", "--no-deps", "--python", sys.executable,
-                   "--target", str(target), *pkgs]
-        else:
-            cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                   "--target", str(target), *pkgs]
-        subprocess.run(cmd, check=True, timeout=600)
-    return target
+# sglang_nodeps: the shared fixture of tests/conftest.py
 
 
 def sglang_parse(root: Path, argvs: list[list[str]]) -> dict:
@@ -213,7 +197,7 @@ def test_dead_server_reported_at_once_with_log_tail(tmp_path):
     t0 = time.perf_counter()
     with pytest.raises(ServerError) as err, ServerProcess(cmd, tmp_path / "server.log", state_dir=tmp_path) as srv:
         srv.wait_ready(60)
-    assert time.perf_counter() - t0 < 10
+    assert time.perf_counter() - t0 < 30  # reported at once, not after the 60 s deadline
     assert "exited with code 3" in str(err.value)
     assert "CUDA out of memory (fake)" in str(err.value)
 

@@ -1,0 +1,103 @@
+"""Fixtures shared by every test module.
+
+- ``sglang_nodeps``: SGLang 0.5.23's own source (no dependencies), so tests can judge the
+  lab against SGLang's real parser and code. Installed once under ``.cache/`` with the
+  ``uv`` that README's commands provide; no other installer is ever used.
+- ``_project_stores_untouched`` (autouse, session): fails the session's last test at
+  teardown when the suite wrote into the project's own ``mlflow.db``, ``mlruns/``,
+  ``results/`` or ``reports/`` (tests use ``tmp_path`` stores and scratch copies).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SGLANG_VERSION = "0.5.23"
+
+#: Paths of the project that tests must leave as they found them (issue 11, item 3).
+PROJECT_STORES = ("mlflow.db", "mlruns", "mlartifacts", "results", "reports")
+
+
+def find_uv() -> str | None:
+    """The ``uv`` binary README's commands provide, or None.
+
+    Order: ``$UV`` (``uv run`` sets it to its own path for the processes it starts, so
+    ``uv run pytest`` always finds it), ``.cache/uv/bin/uv`` (where README's commands
+    install it), then ``uv`` on PATH.
+    """
+    for cand in (os.environ.get("UV"), str(ROOT / ".cache" / "uv" / "bin" / "uv"), shutil.which("uv")):
+        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def install_nodeps(target: Path, pkgs: list[str]) -> Path:
+    """``uv pip install --no-deps --target target pkgs`` (skipped when ``target`` exists).
+
+    :raises pytest.fail: no ``uv`` found (README's commands put it in ``.cache/uv/bin``).
+    """
+    marker = target / ".lab-installed"
+    if marker.is_file():
+        return target
+    uv = find_uv()
+    if uv is None:
+        pytest.fail("uv not found ($UV, .cache/uv/bin/uv or PATH). Fix: run the tests as README says "
+                    "(.cache/uv/bin/uv run --frozen pytest -q)")
+    tmp = target.with_name(target.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    subprocess.run([uv, "pip", "install", "--quiet", "--no-deps", "--python", sys.executable,
+                    "--target", str(tmp), *pkgs], check=True, timeout=600)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)  # a half-finished install is never taken for a complete one
+    marker.write_text(" ".join(pkgs) + "\n")
+    return target
+
+
+@pytest.fixture(scope="session")
+def sglang_nodeps() -> Path:
+    """Directory holding SGLang 0.5.23 (+ msgspec) installed without dependencies.
+
+    Put it on ``PYTHONPATH`` of a subprocess (or ``sys.path``) to import SGLang's pure-Python
+    modules (``sglang.srt.server_args``...) and read its source (``<dir>/sglang/srt/...``).
+    It lives under ``.cache/`` (git-ignored) and is installed once per checkout by the
+    ``uv`` from :func:`find_uv`. SGLang itself is not a locked dependency: with its
+    dependencies it needs CUDA wheels (torch...), which a CPU machine does not install.
+    """
+    return install_nodeps(ROOT / ".cache" / f"sglang-nodeps-{SGLANG_VERSION}", [f"sglang=={SGLANG_VERSION}", "msgspec"])
+
+
+def _snapshot() -> dict[str, tuple[int, int]]:
+    """``relative path -> (size, mtime_ns)`` of every file under :data:`PROJECT_STORES`."""
+    out: dict[str, tuple[int, int]] = {}
+    for name in PROJECT_STORES:
+        p = ROOT / name
+        files = [p] if p.is_file() else (sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [])
+        for f in files:
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            out[str(f.relative_to(ROOT))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def store_changes(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    """Files added, changed or removed between two :func:`_snapshot` results."""
+    return sorted({k for k in set(before) | set(after) if before.get(k) != after.get(k)})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _project_stores_untouched():
+    """Tests never write into the project's own tracking store or outputs (issue 11, item 3)."""
+    before = _snapshot()
+    yield
+    changed = store_changes(before, _snapshot())
+    assert not changed, (f"the test run changed the project's own stores ({', '.join(PROJECT_STORES)}): "
+                         f"{changed[:20]}. Fix: the test must use a tmp_path store or a scratch copy")
