@@ -30,7 +30,9 @@ __all__ = ["SPEEDUPS", "Answer", "build_answer", "group_warnings", "answer_text"
            "answer_html", "load_answer"]
 
 #: ``(entry key, label)`` of every speedup the answer states, in order.
+#: The paired entry is :func:`lab.paired.add_paired`'s per-prompt ratio and its interval.
 SPEEDUPS: list[tuple[str, str]] = [("speedup_decode_tok_s", "decode tok/s"),
+                                   ("paired_speedup_decode_tok_s", "decode tok/s paired per prompt"),
                                    ("speedup_output_tok_s", "output tok/s")]
 
 

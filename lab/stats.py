@@ -92,6 +92,8 @@ def ratio_ci(
     if se == 0.0:
         return (ratio, ratio, ratio)
     df = (vb + vo) ** 2 / ((vb ** 2 / (b.size - 1)) + (vo ** 2 / (o.size - 1)))
+    from scipy import stats as _st  # imported here: `lab summary` must start fast
+
     half = float(_st.t.ppf((1.0 + confidence) / 2.0, df) * se)
     return (ratio, ratio * math.exp(-half), ratio * math.exp(half))
 
@@ -132,6 +134,8 @@ def count_ci(counts: Iterable[float | None], confidence: float = 0.95) -> tuple[
         raise ValueError(f"count_ci: negative count in {x.tolist()}. Fix: pass event counts (>= 0)")
     n, k = x.size, float(x.sum())
     a = 1.0 - confidence
+    from scipy import stats as _st  # imported here: `lab summary` must start fast
+
     lo = 0.0 if k == 0 else float(_st.chi2.ppf(a / 2.0, 2.0 * k)) / (2.0 * n)
     hi = float(_st.chi2.ppf(1.0 - a / 2.0, 2.0 * k + 2.0)) / (2.0 * n)
     return (k / n, lo, hi)

@@ -28,7 +28,7 @@ from lab.emulator.trace import EmulatorProfiler, ProfileRequestError, build_trac
 from lab.emulator.truth import load_truth
 from lab.profiling.capture import TRACE_PREFIX, capture_profile, profile_request_body
 from lab.profiling.trace import analyze_trace
-from test_server import sglang_nodeps  # noqa: F401 - fixture: SGLang 0.5.23 source, no deps
+# sglang_nodeps: the shared fixture of tests/conftest.py (SGLang 0.5.23's source, no deps)
 
 ROOT = Path(__file__).resolve().parents[1]
 KIMI, _ = load_profile("kimi_k25_tp8_pcie")

@@ -42,10 +42,7 @@ from lab.emulator.sglog import decode_batch_line, prefill_batch_line, startup_li
 from lab.metrics import CUDA_GRAPH_PASSES, FORWARD_SECONDS, parse_decode_log, parse_prometheus
 from lab.server import build_server_command
 
-try:  # the fixture lives in tests/test_server.py (it may move to tests/conftest.py)
-    from test_server import sglang_nodeps  # noqa: F401
-except ImportError:
-    pass
+# sglang_nodeps: the shared fixture of tests/conftest.py (SGLang 0.5.23's source, no deps)
 
 ROOT = Path(__file__).resolve().parents[1]
 FX = Path(__file__).parent / "fixtures"
