@@ -153,7 +153,7 @@ def test_capture_against_live_emulator(tmp_path):
         deadline = time.monotonic() + 30
         while True:
             try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                with urllib.request.urlopen(url + "/ready", timeout=2) as r:  # the cheap probe (/health generates)
                     if r.status == 200:
                         break
             except (urllib.error.URLError, OSError):

@@ -134,7 +134,14 @@ def test_jupyterlab_renders_bench_notebook_and_runs_its_parameters_cell(tmp_path
             except Exception:
                 time.sleep(0.3)
         assert page, (tmp_path / "chromium.log").read_text()[-2000:]
-        msg = asyncio.run(_evaluate(page["webSocketDebuggerUrl"], _JS, 240))
+        # JupyterLab may still redirect or reload the page while it starts (slower on a busy
+        # machine): DevTools then answers with an error ("context destroyed"); ask again.
+        for _attempt in range(10):
+            msg = asyncio.run(_evaluate(page["webSocketDebuggerUrl"], _JS, 240))
+            if "result" in msg:
+                break
+            time.sleep(2)
+        assert "result" in msg, msg
         assert "exceptionDetails" not in msg.get("result", {}), msg
         res = json.loads(msg["result"]["result"]["value"])
         assert "error" not in res, (res, log.read_text()[-3000:])

@@ -11,6 +11,7 @@ import pytest
 
 from pathlib import Path
 
+from lab.emulator.profile import load_profile
 from lab.sentinel import compare, config_fingerprint, decide, launch_delta
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,7 +205,10 @@ def test_sentinel_end_to_end_on_real_launches(tmp_path):
     run = MlflowClient(tracking_uri=uri).get_run(runs[2]["mlflow_run_id"])
     assert run.data.tags["config_hash"] == third["config_hash"]
     assert run.data.tags["sentinel.status"] == third["status"]
-    assert run.data.tags["sglang_version"] == "emulator" and run.data.tags["emulated_sglang_version"] == "0.5.23"
+    # the emulator names the build its profile models (lab/emulator/profile.py ModelledBuild)
+    build = load_profile(params.emulator.profile)[0].models_build
+    assert run.data.tags["sglang_version"] == "emulator"
+    assert run.data.tags["emulated_sglang_version"] == (build.sglang_version or build.label)
     assert not any(k.startswith("sample.") for k in run.data.metrics)  # one launch value, no last-repeat metric
 
     # decisions on recorded launch values, against the three launches in MLflow

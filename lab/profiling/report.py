@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from lab.atomic import savefig_atomic
+
 __all__ = ["stage_rows", "markdown_table", "where_time_goes", "plot_time_breakdown", "profile_section", "FIGURE_FILE"]
 
 FIGURE_FILE = "verify_time_breakdown.png"
@@ -126,7 +128,7 @@ def plot_time_breakdown(rows: list[dict[str, Any]], path: str | Path, *, title: 
     fig.tight_layout(rect=(0, (cap_in + 0.05) / height, 1, 1))
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    savefig_atomic(fig, out, dpi=110)
     plt.close(fig)
     return out
 
