@@ -78,3 +78,17 @@ def scratch_repo(repo: Path, edit: Callable[[dict], None] | None = None,
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     return repo
+
+
+def orphan_server_record(records_dir: Path, pgid: int) -> int:
+    """Make an engine group's on-disk record look like its owner (a notebook kernel) died
+    without stopping it: point ``owner_pid`` at a pid that has exited. Returns that pid."""
+    import json
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    rec_path = records_dir / f"{pgid}.json"
+    rec = json.loads(rec_path.read_text())
+    rec["owner_pid"] = dead.pid
+    rec_path.write_text(json.dumps(rec))
+    return dead.pid

@@ -23,6 +23,7 @@ import pytest
 from lab.emulator.proctree import CHILD_NAMES
 from lab.server import ServerCommand, ServerError, ServerProcess, build_server_command, stop_stale_servers
 from reliability_util import small_params
+from scratch import orphan_server_record
 
 
 def _group(pgid: int) -> list[psutil.Process]:
@@ -107,17 +108,12 @@ def test_stale_group_whose_leader_exited_but_child_lives_is_stopped(tmp_path):
     time.sleep(0.3)
     left = _group(pgid)
     assert [p.info["name"] for p in left] == ["sgl::sched_TP0"]  # the others died with their parent
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    rec_path = tmp_path / f"{pgid}.json"
-    rec = json.loads(rec_path.read_text())
-    rec["owner_pid"] = dead.pid
-    rec_path.write_text(json.dumps(rec))
+    orphan_server_record(tmp_path, pgid)
     messages: list[str] = []
     assert stop_stale_servers(tmp_path, log=messages.append) == [pgid]
     assert "leader exited, a child lives on" in messages[0]
     assert _wait_gone([p.pid for p in left]) == []
-    assert not rec_path.exists()
+    assert not (tmp_path / f"{pgid}.json").exists()
 
 
 PRINTS_TOKEN = r"""

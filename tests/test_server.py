@@ -22,6 +22,7 @@ from lab.server import (
     check_port_free,
     stop_stale_servers,
 )
+from scratch import orphan_server_record
 
 ROOT = Path(__file__).resolve().parents[1]
 SGLANG_VERSION = "0.5.23"
@@ -236,12 +237,7 @@ def test_stale_group_from_killed_run_is_stopped(tmp_path):
     assert stop_stale_servers(tmp_path, log=messages.append) == []  # its owner (us) lives: not stale
     assert _group_pids(pgid)
     # the notebook kernel "dies" here without stop(): its recorded owner is now a dead pid
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    rec_path = tmp_path / f"{pgid}.json"
-    rec = json.loads(rec_path.read_text())
-    rec["owner_pid"] = dead.pid
-    rec_path.write_text(json.dumps(rec))
+    dead_pid = orphan_server_record(tmp_path, pgid)
     assert stop_stale_servers(tmp_path, log=messages.append) == [pgid]
-    assert "stale" in messages[0] and f"owner pid {dead.pid} is gone" in messages[0]
+    assert "stale" in messages[0] and f"owner pid {dead_pid} is gone" in messages[0]
     assert _group_pids(pgid) == []
