@@ -51,16 +51,19 @@ def relog(results_dir: Path, params_file: str | None = None) -> str:
     return run.run_id
 
 
-def print_command(params_file: str | None, mode: str, node_rank: int | None) -> int:
-    """Print the launch line of ``mode`` (with ``node_rank`` overridden); 0, or 2 on bad params."""
+def print_command(params_file: str | None, mode: str, node_rank: int | None, engine: str | None = None) -> int:
+    """Print the launch line of ``mode`` (with ``node_rank`` and ``engine`` overridden when
+    given, e.g. ``--engine sglang`` on a laptop whose params.yaml says emulator); 0, or 2 on
+    bad params."""
     from lab.config import ParamsError, load_params
     from lab.server import build_server_command
 
     try:
-        params = load_params(params_file)
+        overrides = {"engine": engine} if engine else {}
+        params = load_params(params_file, overrides=overrides or None)
         if node_rank is not None:
             params = load_params(params_file, overrides={
-                "server": {**params.server.model_dump(), "node_rank": node_rank}})
+                **overrides, "server": {**params.server.model_dump(), "node_rank": node_rank}})
         print(build_server_command(params, mode, python="python").display())
     except ParamsError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -185,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     p_cmd = sub.add_parser("command", help="print a mode's engine launch line (secrets redacted)")
     p_cmd.add_argument("--mode", required=True)
     p_cmd.add_argument("--node-rank", type=int, default=None, help="override server.node_rank")
+    p_cmd.add_argument("--engine", choices=["emulator", "sglang"], default=None,
+                       help="override params.yaml's engine (sglang: the real SGLang launch line)")
     p_cmd.add_argument("--params", default=None)
     p_sum = sub.add_parser("summary", help="print the last comparison as a table (reports/summary.csv)")
     p_sum.add_argument("--reports", type=Path, default=None, help="reports directory (default <repo>/reports)")
@@ -200,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     p_sw.add_argument("--queue", action="store_true", help="with --exp: queue instead of running")
     args = ap.parse_args(argv)
     if args.cmd == "command":
-        return print_command(args.params, args.mode, args.node_rank)
+        return print_command(args.params, args.mode, args.node_rank, args.engine)
     if args.cmd == "doctor":
         return doctor(args.params, args.engine, args.mode, args.python)
     if args.cmd == "sweep":

@@ -253,7 +253,8 @@ def hygiene_warnings(per_run: Sequence[Mapping[str, Any]], warmup: Mapping[str, 
         out.append(f"c={c}: client dispatch delay p99 {d:.1f} ms (repeat {rep}) > {DISPATCH_DELAY_WARN_MS:g} ms: "
                    "requests waited in the client before being sent, so the server saw less load than "
                    "configured and latencies include client queueing. Fix: run the benchmark on an idle "
-                   "machine or core, or lower concurrency (p50/p99_dispatch_delay_ms are in the results)")
+                   f"machine or core{', or lower concurrency' if c != 1 else ''} "
+                   "(p50/p99_dispatch_delay_ms are in the results)")
     for r in per_run:
         h = r.get("hygiene") or {}
         where = f"c={r.get('concurrency')} repeat {r.get('repeat')}"

@@ -263,7 +263,7 @@ def sglang_check(python: str = sys.executable, timeout_s: float = ARGV_CHECK_TIM
     res = _run_snippet(python, _VERSION_SNIPPET, "", timeout_s)
     if not res["ok"]:
         return Check("sglang", FAIL, f"`import sglang` fails in {python}: {res['error']}",
-                     "uv sync --frozen --extra sglang (SGLang 0.5.23), or pip install '.[sglang]' into that Python")
+                     ".cache/uv/bin/uv sync --frozen --extra sglang (SGLang 0.5.23), or pip install '.[sglang]' into that Python")
     return Check("sglang", OK, f"{res['version']} ({Path(res['file']).parent})")
 
 
@@ -331,7 +331,7 @@ def weights_check(label: str, path: str) -> Check:
     if found:
         return Check(name, OK, f"Hugging Face cache {found}")
     return Check(name, FAIL, f"not a local directory and not in the Hugging Face cache {cache}",
-                 f"huggingface-cli download {path}   (or `hf download {path}`; gated repos need "
+                 f".cache/uv/bin/uv run hf download {path}   (huggingface_hub comes with the sglang extra; gated repos need "
                  "HF_TOKEN; without a download SGLang would fetch it at launch)")
 
 

@@ -54,13 +54,25 @@ def flatten_params(obj: Any, prefix: str = "") -> dict[str, str]:
     return out
 
 
+#: What the pipeline itself writes into tracked files (DVC metrics committed under results/
+#: and reports/, dvc.lock): a change there is a run's output, not a change of the code or params.
+PIPELINE_OUTPUTS = ("results", "reports", "dvc.lock")
+
+
 def git_commit(root: Path | None = None) -> str:
-    """``<sha>`` of HEAD, with ``-dirty`` when the work tree has changes; ``unknown`` outside git."""
+    """``<sha>`` of HEAD, with ``-dirty`` when tracked files other than the pipeline's own
+    outputs (:data:`PIPELINE_OUTPUTS`) have changes; ``unknown`` outside git.
+
+    The outputs are left out so that one ``dvc repro`` has one identity from its first stage
+    to its last: the first stage rewriting a committed ``results/<mode>/metrics.json`` must
+    not turn the later stages' commit into ``-dirty`` (and so into another pipeline run).
+    """
     cwd = str(root or repo_root())
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
                              text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                *(f":(exclude,top){p}" for p in PIPELINE_OUTPUTS)], cwd=cwd,
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):

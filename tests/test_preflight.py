@@ -129,8 +129,8 @@ def test_doctor_sglang_without_gpu_fails_fast_and_readably(capsys, monkeypatch, 
     assert "NOT READY: engine sglang" in out
     gpu_line = next(line for line in out.splitlines() if line.startswith("gpus"))
     assert "FAIL" in gpu_line and "no NVIDIA GPU" in gpu_line and "tp_size=8" in gpu_line
-    assert "huggingface-cli download moonshotai/Kimi-K2.5" in out
-    assert "huggingface-cli download lightseekorg/kimi-k2.5-eagle3-mla" in out
+    assert "hf download moonshotai/Kimi-K2.5" in out
+    assert "hf download lightseekorg/kimi-k2.5-eagle3-mla" in out
 
 
 def test_argv_check_accepts_with_fake_sglang(params, tmp_path, monkeypatch):
@@ -184,7 +184,7 @@ def test_weights_in_hf_cache_and_local(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     assert weights_check("draft", "org/draft").status == OK
     missing = weights_check("model", "org/other")
-    assert missing.status == FAIL and "huggingface-cli download org/other" in missing.fix
+    assert missing.status == FAIL and "hf download org/other" in missing.fix
     local = tmp_path / "local-model"
     local.mkdir()
     assert weights_check("model", str(local)).status == FAIL  # no config.json

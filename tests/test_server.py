@@ -241,3 +241,14 @@ def test_stale_group_from_killed_run_is_stopped(tmp_path):
     assert stop_stale_servers(tmp_path, log=messages.append) == [pgid]
     assert "stale" in messages[0] and f"owner pid {dead_pid} is gone" in messages[0]
     assert _group_pids(pgid) == []
+
+
+def test_lab_command_engine_override_prints_the_sglang_line(capsys):
+    """``lab command --engine sglang`` shows the real launch line while params.yaml says emulator."""
+    from lab.cli import print_command
+
+    assert print_command(None, "eagle3_decode", None, "sglang") == 0
+    line = capsys.readouterr().out
+    assert "-m sglang.launch_server" in line and "--speculative-attention-mode decode" in line
+    assert print_command(None, "eagle3_decode", None) == 0
+    assert "-m lab.emulator" in capsys.readouterr().out  # the default params: the emulator
