@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab import client  # noqa: E402
+from lab.measure import client  # noqa: E402
 from lab.emulator.profile import load_profile  # noqa: E402
 from lab.emulator.truth import load_truth  # noqa: E402
 

@@ -43,7 +43,7 @@ def free_port() -> int:
 
 
 def dvc_env() -> dict[str, str]:
-    """Environment for DVC: dvc.yaml runs `python -m lab.stage`, so the lab's interpreter
+    """Environment for DVC: dvc.yaml runs `python -m lab.pipeline.stage`, so the lab's interpreter
     must come first on PATH."""
     bindir = str(Path(sys.executable).parent)
     return {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -359,8 +359,8 @@ def test_spec_server_end_to_end(servers, mode, verify_ms):
 def test_per_request_output_lengths_are_decoded(servers):
     """bench.output_tokens_spread: the client sends one max_new_tokens per request and the
     engine (ignore_eos) decodes exactly that many tokens for each."""
-    from lab.client import run_requests_sync
-    from lab.dataset import output_lengths
+    from lab.measure.client import run_requests_sync
+    from lab.workload.dataset import output_lengths
 
     lengths = output_lengths(6, 24, 0.5, seed=3)
     assert len(set(lengths)) > 1 and all(12 <= n <= 24 for n in lengths)
@@ -493,7 +493,7 @@ def test_eager_draft_is_booked_as_decode_and_extend(tmp_path):
     """Issue 12 item 1: above the captured batch size the draft runs eagerly, booked as
     ``decode``/``extend`` (eagle_worker_v2.py ~693-715, eager_runner.py ~261, ~342-350); the
     ground truth still counts it as draft time; every TP rank exports its series."""
-    from lab.metrics import parse_prometheus, server_timing
+    from lab.measure.metrics import parse_prometheus, server_timing
 
     m = EmulatorMetrics("m", True, tp_size=4)
     before = m.render().decode()

@@ -1,0 +1,1 @@
+"""MLflow tracking: runs, tags and artifacts (runs), run grouping and config hashes (grouping), what each mode logs as params (params_log), the MLflow UI views (mlflow_view) and version tags (versions)."""
