@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import socket
 import sys
 import tempfile
 import time
@@ -44,12 +43,10 @@ from scipy import stats as st  # noqa: E402
 from lab.analysis import sentinel  # noqa: E402
 from lab.pipeline.bench import run_mode  # noqa: E402
 from lab.config import load_params  # noqa: E402
+from lab.engine.ports import free_port  # noqa: E402
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = free_port  # lab.engine.ports
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from lab.emulator.profile import PROFILES_DIR, ProfileError, accept_prob_for_mea
 from lab.emulator.sglog import decode_batch_line
 from lab.emulator.request import Request
 from lab.emulator.truth import TruthWriter, load_truth
+from lab.engine.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PHYSICS_RATIO_3_OVER_1 = 9.399 / 6.16  # /work/shared/physics-h200.json graph_ms T=3 / T=1
@@ -170,10 +170,7 @@ def test_engine_batching_graph_limit_and_simulated_accept(tmp_path):
 
 
 # --------------------------------------------------------------------------- integration
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = free_port  # lab.engine.ports
 
 
 class Server:

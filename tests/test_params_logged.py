@@ -62,7 +62,7 @@ def test_every_default_param_reaches_a_run_with_its_value():
 
     params = load_params(ROOT / "params.yaml")
     raw = params.model_dump()
-    physics = flatten_params({"physics": params.physics.model_dump()})  # what lab.tracking.runs.log_physics logs
+    physics = flatten_params({"physics": params.physics.model_dump()})  # what lab.tracking.physics_log.log_physics logs
     logged = {m: mode_run_params(params, m) for m in params.modes}
     missing = []
     for name, value in _leaves(raw):

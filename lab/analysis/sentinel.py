@@ -42,8 +42,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from scipy import stats as _st
+
+from lab.analysis.stats import finite
 
 __all__ = ["SENTINEL_METRICS", "WORKLOAD_KEYS", "gpu_model", "config_fingerprint", "file_sha256",
            "launch_delta", "compare", "current_launch", "history_launches", "log_to_run", "check",
@@ -119,11 +120,6 @@ def config_fingerprint(result: Mapping[str, Any], workload: Mapping[str, Any], *
     return hashlib.sha256(blob).hexdigest()[:16], material
 
 
-def _clean(xs: Sequence[float | None]) -> np.ndarray:
-    a = np.asarray([x for x in xs if x is not None], dtype=float)
-    return a[np.isfinite(a)]
-
-
 def launch_delta(current: float | None, history: Sequence[float | None], *, alpha: float = 0.01,
                  min_effect: float = 0.02) -> dict[str, Any]:
     """Is one launch's value ``current`` outside the noise of earlier launches ``history``?
@@ -143,7 +139,7 @@ def launch_delta(current: float | None, history: Sequence[float | None], *, alph
         the same distribution (the prediction interval shifted by ``mean(h)``);
         ``outside_noise`` is None with fewer than :data:`MIN_HISTORY` earlier launches.
     """
-    h = _clean(history)
+    h = finite(history)
     c = None if current is None or not math.isfinite(float(current)) else float(current)
     out: dict[str, Any] = {"n_history": int(h.size), "current_mean": c,
                            "method": f"launch-level prediction interval (t, 1 - alpha), >= {MIN_HISTORY} earlier launches",

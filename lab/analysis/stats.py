@@ -17,13 +17,14 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["mean_ci", "ratio_ci", "log_ratio_ci", "count_ci", "metric_ci", "verdict", "format_speedup",
+__all__ = ["finite", "mean_ci", "ratio_ci", "log_ratio_ci", "count_ci", "metric_ci", "verdict", "format_speedup",
            "COUNT_METRICS", "FRACTION_METRICS"]
 
 Verdict = Literal["faster", "slower", "not distinguishable"]
 
 
-def _clean(values: Iterable[float | None]) -> np.ndarray:
+def finite(values: Iterable[float | None]) -> np.ndarray:
+    """The finite values of ``values`` as a float array (None, NaN and inf dropped); shape (k,)."""
     arr = np.asarray([v for v in values if v is not None], dtype=float)
     return arr[np.isfinite(arr)]
 
@@ -41,7 +42,7 @@ def mean_ci(values: Iterable[float | None], confidence: float = 0.95) -> tuple[f
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence={confidence}: must be in (0, 1), e.g. 0.95")
-    x = _clean(values)
+    x = finite(values)
     n = x.size
     if n == 0:
         return (math.nan, math.nan, math.nan)
@@ -80,7 +81,7 @@ def ratio_ci(
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence={confidence}: must be in (0, 1), e.g. 0.95")
-    b, o = _clean(base), _clean(other)
+    b, o = finite(base), finite(other)
     if b.size == 0 or o.size == 0 or b.mean() <= 0 or o.mean() <= 0:
         return (math.nan, math.nan, math.nan)
     ratio = float(o.mean() / b.mean())
@@ -127,7 +128,7 @@ def count_ci(counts: Iterable[float | None], confidence: float = 0.95) -> tuple[
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence={confidence}: must be in (0, 1), e.g. 0.95")
-    x = _clean(counts)
+    x = finite(counts)
     if x.size == 0:
         return (math.nan, math.nan, math.nan)
     if (x < 0).any():

@@ -56,6 +56,7 @@ from lab.measure import metrics as M
 from lab.config import LabParams
 from lab.emulator.truth import Truth, load_truth
 from lab.engine.server import ServerProcess, build_server_command
+from lab.engine.ports import free_port
 
 __all__ = ["free_port", "emulator_server", "truth_run_metrics", "delivery_delay_ms", "client_run_metrics",
            "relative_error", "measure_mode", "error_table", "ACCURACY_METRICS", "TARGETS"]
@@ -70,13 +71,6 @@ TARGETS = {1: 0.01, 64: 0.02}
 def target_for(level: int) -> float:
     """Target relative error: 1 % at concurrency 1, 2 % above (issue 4 states 1 and 64)."""
     return TARGETS[1] if level <= 1 else TARGETS[64]
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

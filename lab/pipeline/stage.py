@@ -105,7 +105,7 @@ def _physics_not_run(params: LabParams, out_dir: Path, root: Path) -> Path:
     import json
 
     from lab.physics.run import run_physics
-    from lab.tracking.runs import log_physics
+    from lab.tracking.physics_log import log_physics
 
     metrics = run_physics(params.physics.model_dump(mode="json"), out_dir)
     nb = json.loads((root / "notebooks" / "physics.ipynb").read_text())

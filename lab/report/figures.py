@@ -24,13 +24,13 @@ from lab.atomic import savefig_atomic  # noqa: E402
 __all__ = ["draw_all", "decode_tok_s_figure", "latency_figure", "accept_length_figure", "speedup_figure"]
 
 
-def _t_ci(values) -> tuple[float, float]:
+def t_interval(values) -> tuple[float, float]:
     """Seaborn ``errorbar`` callable: the 95 % t-interval (mean itself when n < 2)."""
     mean, lo, hi = stats.mean_ci(list(values))
     return (mean, mean) if lo != lo else (lo, hi)  # nan check
 
 
-def _caption(fig, summary: dict[str, Any]) -> None:
+def caption(fig, summary: dict[str, Any]) -> None:
     """Engine caption (and the identical-configuration notice) under the axes."""
     paras = [summary.get("caption", "")] + ([summary["notice"]] if summary.get("notice") else [])
     lines = [line for p in paras for line in textwrap.wrap(p, 125)]
@@ -45,7 +45,7 @@ def _order(summary: dict[str, Any]) -> list[str]:
 
 def _ci_bars(ax, data: pd.DataFrame, y: str, hue: str, summary: dict[str, Any], **kwargs: Any) -> None:
     """Bars of ``y`` per mode (in params order) and ``hue``, 95 % t-interval whiskers, values inside."""
-    sns.barplot(data=data, x="mode", y=y, hue=hue, errorbar=_t_ci, capsize=0.1, ax=ax,
+    sns.barplot(data=data, x="mode", y=y, hue=hue, errorbar=t_interval, capsize=0.1, ax=ax,
                 order=_order(summary), **kwargs)
     for c in ax.containers:
         ax.bar_label(c, fmt="%.1f", fontsize=7, label_type="center", color="white")
@@ -57,7 +57,7 @@ def decode_tok_s_figure(runs: pd.DataFrame, summary: dict[str, Any]):
     _ci_bars(ax, runs, "decode_tok_s", "concurrency", summary, palette="viridis")
     ax.set_ylabel("decode tok/s per request (mean of repeats, 95 % CI)")
     ax.set_title("Decode throughput by mode")
-    _caption(fig, summary)
+    caption(fig, summary)
     return fig
 
 
@@ -71,7 +71,7 @@ def latency_figure(runs: pd.DataFrame, summary: dict[str, Any]):
     _ci_bars(ax, long, "ms", "metric", summary)
     ax.set_ylabel(f"ms per decode iteration at concurrency {lowest} (95 % CI)")
     ax.set_title("Where a decode iteration's time goes (verify + draft = speculative cycle)")
-    _caption(fig, summary)
+    caption(fig, summary)
     return fig
 
 
@@ -87,7 +87,7 @@ def accept_length_figure(requests: pd.DataFrame, summary: dict[str, Any]):
     else:
         ax.text(0.5, 0.5, "no speculative mode in this comparison", ha="center", transform=ax.transAxes)
     ax.set_title("Accept length distribution")
-    _caption(fig, summary)
+    caption(fig, summary)
     return fig
 
 
@@ -122,7 +122,7 @@ def speedup_figure(summary: dict[str, Any]):
         ax.text(0.5, 0.5, "no baseline mode to compare against", ha="center", transform=ax.transAxes)
     ax.set_ylabel(f"decode tok/s speedup over {summary.get('baseline')} (95 % CI)")
     ax.set_title("Speedup over plain decoding (1.0 = break-even)")
-    _caption(fig, summary)
+    caption(fig, summary)
     return fig
 
 

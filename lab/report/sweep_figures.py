@@ -8,7 +8,6 @@ Inputs are :func:`lab.analysis.compare.runs_frame` (one row per mode x point x r
 
 from __future__ import annotations
 
-import textwrap
 from typing import Any
 
 import matplotlib
@@ -18,20 +17,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from lab.analysis import stats  # noqa: E402
+from lab.report.figures import caption, t_interval  # noqa: E402
 
 __all__ = ["primary_runs", "primary_summary", "throughput_vs_concurrency", "verify_vs_context", "speedup_heatmap"]
-
-
-def _t_ci(values) -> tuple[float, float]:
-    mean, lo, hi = stats.mean_ci(list(values))
-    return (mean, mean) if lo != lo else (lo, hi)
-
-
-def _caption(fig, summary: dict[str, Any]) -> None:
-    lines = textwrap.wrap(summary.get("caption", ""), 125)
-    fig.tight_layout(rect=(0, 0.02 + 0.032 * len(lines), 1, 1))
-    fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, va="bottom", ha="left", color="dimgray")
 
 
 def primary_runs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -52,7 +40,7 @@ def throughput_vs_concurrency(runs: pd.DataFrame, summary: dict[str, Any]):
     data = primary_runs(runs)
     fig, ax = plt.subplots(figsize=(9, 5.4))
     sns.lineplot(data=data, x="concurrency", y="output_tok_s", hue="mode", style="mode", markers=True,
-                 dashes=False, errorbar=_t_ci, ax=ax, hue_order=list(summary["modes"]))
+                 dashes=False, errorbar=t_interval, ax=ax, hue_order=list(summary["modes"]))
     levels = sorted(data["concurrency"].unique())
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels, [str(c) for c in levels])
@@ -60,7 +48,7 @@ def throughput_vs_concurrency(runs: pd.DataFrame, summary: dict[str, Any]):
     ax.set_ylabel("output tok/s, all requests (mean of repeats, 95 % CI)")
     ax.set_title("Throughput vs concurrency per mode")
     ax.legend(fontsize=7, ncol=2)
-    _caption(fig, summary)
+    caption(fig, summary)
     return fig
 
 
@@ -73,7 +61,7 @@ def verify_vs_context(runs: pd.DataFrame, summary: dict[str, Any]):
         out0 = data["max_new_tokens"].iloc[0] if "max_new_tokens" in data else None
         data = data[(data["concurrency"] == low) & ((data["max_new_tokens"] == out0) if out0 is not None else True)]
         sns.lineplot(data=data, x="context_tokens", y="verify_ms", hue="mode", style="mode", markers=True,
-                     dashes=False, errorbar=_t_ci, ax=ax)
+                     dashes=False, errorbar=t_interval, ax=ax)
         ax.set_xlabel(f"prompt length, tokens (approx.; 0 = the chat prompt as is), concurrency {low}")
         ax.legend(fontsize=7, ncol=2)
     else:
@@ -82,7 +70,7 @@ def verify_vs_context(runs: pd.DataFrame, summary: dict[str, Any]):
         ax.set_xticks([])
     ax.set_ylabel("target-verify ms per cycle (95 % CI)")
     ax.set_title("Verify cost vs context length (prefill- vs decode-mode attention)")
-    _caption(fig, summary)
+    caption(fig, summary)
     return fig
 
 
@@ -111,5 +99,5 @@ def speedup_heatmap(summary: dict[str, Any]):
         ax.text(0.5, 0.5, "no baseline to compare against", ha="center", transform=ax.transAxes)
     ax.set_title(f"Decode tok/s speedup over {summary.get('baseline')} "
                  "(+ faster, - slower, ~ not distinguishable: 95 % Welch log-ratio CI)", fontsize=9)
-    _caption(fig, summary)
+    caption(fig, summary)
     return fig

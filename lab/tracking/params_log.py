@@ -3,7 +3,7 @@
 A mode run logs ``engine``, ``mode_name``, ``model.*``, ``server.*``, its own mode slice as
 ``mode.*`` (the same column name in every mode run, so MLflow's compare view lines modes up),
 ``bench.*``, ``emulator.*`` (emulator runs), ``sweep.*`` and ``mlflow.*``; ``physics.*`` is
-logged by the physics stage's own run (:func:`lab.tracking.runs.log_physics`). Values are the
+logged by the physics stage's own run (:func:`lab.tracking.physics_log.log_physics`). Values are the
 validated ones (``null``, ``true``/``false``, lists as text), flattened by
 :func:`lab.tracking.runs.flatten_params`, which redacts credentials only (:mod:`lab.redact`):
 ``mode.num_draft_tokens`` or ``bench.max_new_tokens`` show their numbers. A tracking URI's
