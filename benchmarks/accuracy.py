@@ -2,9 +2,9 @@
 
     python benchmarks/accuracy.py            # ~2-3 min; writes docs/benchmarks/accuracy.{md,json}
 
-Runs :func:`lab.accuracy.measure_mode` for the baseline and one speculative mode at
+Runs :func:`lab.measure.accuracy.measure_mode` for the baseline and one speculative mode at
 concurrency 1, 8 and 64 with repeats (definitions of every metric and of "error" are in
-``lab/accuracy.py``), prints the table and writes it. Engine: the emulator (no GPU): these
+``lab/measure/accuracy.py``), prints the table and writes it. Engine: the emulator (no GPU): these
 are figures about the *measurement*, never about a GPU.
 """
 
@@ -20,13 +20,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab.accuracy import write_report  # noqa: E402
-from lab.accuracy import ACCURACY_METRICS, error_table, measure_mode  # noqa: E402
+from lab.measure.accuracy import write_report  # noqa: E402
+from lab.measure.accuracy import ACCURACY_METRICS, error_table, measure_mode  # noqa: E402
 from lab.config import load_params  # noqa: E402
-from lab.dataset import load_prompts  # noqa: E402
+from lab.workload.dataset import load_prompts  # noqa: E402
 
 DEFINITIONS = """\
-| metric | client (lab.metrics, as in every bench run) | ground truth (emulator side file, same aggregation) | what the error contains |
+| metric | client (lab.measure.metrics, as in every bench run) | ground truth (emulator side file, same aggregation) | what the error contains |
 | --- | --- | --- | --- |
 | decode_tok_s | median over requests of (N-1)/(t_last_chunk - t_first_chunk) | median of (N-1)/(last_token - first_token) | jitter of chunk delivery at both ends of the decode span |
 | output_tok_s | sum N / (max t_end - min t_dispatch) | sum N / (max last_token - min arrival) | the client's send -> server arrival and last chunk -> end of stream (real client-side time) |

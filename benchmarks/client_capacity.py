@@ -36,12 +36,12 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from lab import client  # noqa: E402
-from lab.accuracy import write_report  # noqa: E402
-from lab.accuracy import (client_run_metrics, emulator_server, relative_error, target_for,  # noqa: E402
+from lab.measure import client  # noqa: E402
+from lab.measure.accuracy import write_report  # noqa: E402
+from lab.measure.accuracy import (client_run_metrics, emulator_server, relative_error, target_for,  # noqa: E402
                           truth_run_metrics)
 from lab.config import load_params  # noqa: E402
-from lab.dataset import load_prompts, workload  # noqa: E402
+from lab.workload.dataset import load_prompts, workload  # noqa: E402
 from lab.emulator.truth import load_truth  # noqa: E402
 
 PEER_VENV = ROOT / ".cache" / "peer"
@@ -142,7 +142,7 @@ def measure(params, prompts, exe, why, tok_dir: Path, work: Path, *, mode: str, 
         recs, cpu, wall = lab_client_run(url, prompts, n=n, concurrency=c, max_new_tokens=L, tag=f"{mode}-big")
         windows["lab"] = (t0, time.perf_counter())
         tok_small = sum(r["completion_tokens"] or 0 for r in small[0])
-        rows["lab"] = {"client": "lab.client (aiohttp + orjson, SGLang /generate)",
+        rows["lab"] = {"client": "lab.measure.client (aiohttp + orjson, SGLang /generate)",
                        "cpu_s": cpu, "wall_s": wall, "records": recs, "tokens_small": tok_small, "cpu_small_s": small[1]}
         if exe is not None:
             try:
@@ -259,7 +259,7 @@ def render(r: dict) -> str:
                      f"{_p(x['wire_error_decode_tok_s'])} | {_p(x['wire_error_output_tok_s'])} | "
                      f"{_p(x['error_decode_tok_s'])} | {_p(x['error_output_tok_s'])} | {_p(x['error_ttft_ms'])} | "
                      f"{x['errors']} |")
-    ok = [x for x in r["rows"] if x["client"].startswith("lab.client") and all(
+    ok = [x for x in r["rows"] if x["client"].startswith("lab.measure.client") and all(
         v is not None and abs(v) <= r["target"] for v in (x["wire_error_decode_tok_s"], x["wire_error_output_tok_s"]))]
     best = max(ok, key=lambda x: x["aggregate_tok_s"], default=None)
     lines += ["", "**Verdict (computed from this run):** " + (
@@ -268,7 +268,7 @@ def render(r: dict) -> str:
         f"20,000 tok/s goal is {'met' if best['aggregate_tok_s'] >= 20000 else '**not met** in this run'}."
         if best else "no lab-client row stayed within the target; see the notes.")]
     lines += ["", "Peer: " + "; ".join(f"{m}: {v}" for m, v in r["peer_status"].items()) + ".", "",
-              "Errors are client / truth - 1 with the definitions of `lab/accuracy.py` (truth from the emulator's "
+              "Errors are client / truth - 1 with the definitions of `lab/measure/accuracy.py` (truth from the emulator's "
               "side file for the same requests). *vs engine*: truth = the end of the iteration that made each token; "
               "*vs wire*: truth = when the emulator's HTTP layer wrote the chunk to the socket, which removes the "
               "emulator's own delivery lag and isolates the client. "

@@ -26,9 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab import client  # noqa: E402
+from lab.measure import client  # noqa: E402
 from lab.emulator.profile import load_profile  # noqa: E402
 from lab.emulator.truth import load_truth  # noqa: E402
+from lab.engine.ports import free_port  # noqa: E402
 
 SPEC = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "lightseekorg/kimi-k2.5-eagle3-mla",
         "--speculative-num-steps", "2", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]
@@ -36,12 +37,7 @@ MODES = {"baseline": [], "eagle3_prefill": SPEC + ["--speculative-attention-mode
          "eagle3_decode": SPEC + ["--speculative-attention-mode", "decode"]}
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = free_port  # lab.engine.ports
 
 
 def _counter(text: str, name: str, **labels: str) -> float:

@@ -6,10 +6,10 @@ For n = 3, 5, 8 repeats per side, draws baseline (mean 100, CV 5 %) and mode (me
 CV 5 % or 15 %) samples, normal or log-normal with those means, and counts how often each
 interval contains the true ratio of means 1.7:
 
-- ``welch log-ratio``: :func:`lab.stats.ratio_ci` (what the lab prints);
+- ``welch log-ratio``: :func:`lab.analysis.stats.ratio_ci` (what the lab prints);
 - ``percentile bootstrap``: the interval the lab printed before (2000 resamples of each side,
   ratio of resampled means, 2.5/97.5 percentiles);
-- ``t mean``: :func:`lab.stats.mean_ci` on the mode sample, covering its mean 170.
+- ``t mean``: :func:`lab.analysis.stats.mean_ci` on the mode sample, covering its mean 170.
 
 Statistics only (no timing, no engine); seeded, so the output is the same on every machine.
 """
@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab.stats import mean_ci, ratio_ci  # noqa: E402
+from lab.analysis.stats import mean_ci, ratio_ci  # noqa: E402
 
 
 def _draw(rng, dist, mean, cv, size):

@@ -1,4 +1,4 @@
-"""How fast NVML shows a killed GPU process gone (the assumption of lab/gpumem.py's wait).
+"""How fast NVML shows a killed GPU process gone (the assumption of lab/engine/gpumem.py's wait).
 
 Run on a GPU node with PyTorch and nvidia-ml-py: ``python benchmarks/nvml_memory_release.py``.
 Three times: a child allocates 40 GiB on GPU 0, is SIGKILLed, and the script times until its

@@ -5,8 +5,8 @@
 
 Launches the emulator ``--launches`` times with one unchanged configuration (``bench`` as in
 ``params.yaml`` unless overridden, mode ``baseline``), each launch a full
-:func:`lab.bench.run_mode` into a temporary directory with its own temporary MLflow store.
-Every launch runs the sentinel exactly as a pipeline run does (:func:`lab.sentinel.check`:
+:func:`lab.pipeline.bench.run_mode` into a temporary directory with its own temporary MLflow store.
+Every launch runs the sentinel exactly as a pipeline run does (:func:`lab.analysis.sentinel.check`:
 same hash, the newest ``sentinel_history_runs`` earlier launches). Nothing changed between
 launches, so every flag is a false alarm. Prints:
 
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import socket
 import sys
 import tempfile
 import time
@@ -41,15 +40,13 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 from scipy import stats as st  # noqa: E402
 
-from lab import sentinel  # noqa: E402
-from lab.bench import run_mode  # noqa: E402
+from lab.analysis import sentinel  # noqa: E402
+from lab.pipeline.bench import run_mode  # noqa: E402
 from lab.config import load_params  # noqa: E402
+from lab.engine.ports import free_port  # noqa: E402
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = free_port  # lab.engine.ports
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -200,13 +200,13 @@ class BenchParams(_Strict):
     temperature: float = Field(0.0, ge=0.0)
     seed: int = 0
     request_timeout_s: float = Field(600.0, gt=0)
-    # Client-side axes inside one launch (lab.context): prompts padded to about N tokens
+    # Client-side axes inside one launch (lab.workload.context): prompts padded to about N tokens
     # (0 = the prompt as is) and output lengths (null = [max_new_tokens]). The first value
     # of each is the primary point: the c<N> keys and the speedups use it.
     context_tokens: list[int] = Field(default_factory=lambda: [0])
     output_tokens: list[int] | None = None
     # Per-request output lengths drawn uniformly from [L x (1 - spread), L] (the same draws
-    # in every mode; lab.dataset.output_lengths); 0 = every request decodes exactly L.
+    # in every mode; lab.workload.dataset.output_lengths); 0 = every request decodes exactly L.
     output_tokens_spread: float = Field(0.0, ge=0.0, lt=1.0)
     # Profiler trace (lab/profiling/capture.py), off by default: after the measured levels,
     # ``profile_requests`` requests of ``profile_max_new_tokens`` at concurrency 1 between
@@ -234,7 +234,7 @@ class BenchParams(_Strict):
         """Output lengths to sweep (``output_tokens``, or ``[max_new_tokens]``)."""
         return list(self.output_tokens or [self.max_new_tokens])
 
-    # Hygiene (lab/hygiene.py): warm-up batches of ``warmup_requests`` until the per-request
+    # Hygiene (lab/measure/hygiene.py): warm-up batches of ``warmup_requests`` until the per-request
     # mean ICL of the last ``warmup_window`` requests has CV < ``warmup_cv_threshold``, at
     # most ``warmup_max_requests``; looping outputs (repeated ``ngram_n``-gram share >
     # ``ngram_repeat_threshold`` in more than ``degenerate_max_fraction`` of outputs) mark a run.
@@ -244,7 +244,7 @@ class BenchParams(_Strict):
     ngram_n: int = Field(4, ge=1)
     ngram_repeat_threshold: float = Field(0.5, ge=0.0, le=1.0)
     degenerate_max_fraction: float = Field(0.25, ge=0.0, le=1.0)
-    # Regression sentinel (lab/sentinel.py): compare this launch's mean with those of up to
+    # Regression sentinel (lab/analysis/sentinel.py): compare this launch's mean with those of up to
     # ``sentinel_history_runs`` earlier launches of the same config hash; flag when it is
     # outside their (1 - ``sentinel_alpha``) prediction interval and the relative change
     # exceeds ``sentinel_min_effect``.
@@ -322,7 +322,7 @@ class LabParams(_Strict):
     bench: BenchParams = Field(default_factory=BenchParams)
     mlflow: MlflowParams = Field(default_factory=MlflowParams)
     physics: PhysicsParams = Field(default_factory=PhysicsParams)
-    # Grid of extra modes, expanded into `modes` by `lab sweep` (validated by lab.sweep).
+    # Grid of extra modes, expanded into `modes` by `lab sweep` (validated by lab.pipeline.sweep).
     sweep: dict[str, Any] | None = None
 
     @field_validator("modes")

@@ -4,9 +4,7 @@ interruption, PostgreSQL-backed MLflow), and the helpers they share."""
 from __future__ import annotations
 
 import os
-import random
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -14,36 +12,13 @@ from pathlib import Path
 
 import yaml
 
+from lab.engine.ports import free_port  # noqa: F401  (re-exported for the tests)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now, drawn at random *below*
-    the kernel's ephemeral range (``/proc/sys/net/ipv4/ip_local_port_range``, 32768 up by
-    default). Ports from ``bind(0)`` come from that range, so a notebook kernel's ZMQ
-    sockets, opened between this call and the engine's launch, cannot take the port (seen
-    in tests/test_interrupt.py, which starts nine kernels at once)."""
-    lo = 32768
-    try:
-        lo = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        pass
-    rng = random.SystemRandom()
-    for _ in range(200):
-        port = rng.randrange(max(1024, lo // 2), lo)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as sock:  # nothing free below the range: any free port
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def dvc_env() -> dict[str, str]:
-    """Environment for DVC: dvc.yaml runs `python -m lab.stage`, so the lab's interpreter
+    """Environment for DVC: dvc.yaml runs `python -m lab.pipeline.stage`, so the lab's interpreter
     must come first on PATH."""
     bindir = str(Path(sys.executable).parent)
     return {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -1,11 +1,11 @@
-"""lab.accuracy: ground-truth metrics use the client's definitions (synthetic truth, known answers)."""
+"""lab.measure.accuracy: ground-truth metrics use the client's definitions (synthetic truth, known answers)."""
 
 from __future__ import annotations
 
 import json
 import pytest
 
-from lab.accuracy import client_run_metrics, delivery_delay_ms, relative_error, target_for, truth_run_metrics
+from lab.measure.accuracy import client_run_metrics, delivery_delay_ms, relative_error, target_for, truth_run_metrics
 from lab.emulator.truth import Truth
 
 
@@ -60,7 +60,7 @@ def test_coalesced_chunk_matches_the_last_iteration_and_targets():
 
 
 def test_write_report_carries_notes_and_writes_both_files(tmp_path):
-    from lab.accuracy import write_report
+    from lab.measure.accuracy import write_report
 
     (tmp_path / "acc.notes.md").write_text("measured on a quiet machine")
     md = write_report({"rows": [1, 2]}, tmp_path / "acc", lambda r: f"# rows {len(r['rows'])}\n{r['notes']}\n")

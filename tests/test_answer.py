@@ -1,11 +1,11 @@
-"""lab.answer: the few lines `dvc repro` ends with, and that report.html, summary.md and
+"""lab.report.answer: the few lines `dvc repro` ends with, and that report.html, summary.md and
 `lab summary` open with."""
 
 from __future__ import annotations
 
 import math
 
-from lab.answer import SPEEDUPS, answer_html, answer_markdown, answer_text, group_warnings
+from lab.report.answer import SPEEDUPS, answer_html, answer_markdown, answer_text, group_warnings
 
 
 def _sp(r, lo, hi, v):

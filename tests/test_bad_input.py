@@ -15,12 +15,12 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from lab.bench import BenchError, run_mode
+from lab.pipeline.bench import BenchError, run_mode
 from lab.config import ParamsError, load_params
-from lab.dataset import DatasetError
-from lab.preflight import PreflightError
-from lab.server import ServerError, exposure_warning
-from lab.tracking import TrackingError
+from lab.workload.dataset import DatasetError
+from lab.engine.preflight import PreflightError
+from lab.engine.server import ServerError, exposure_warning
+from lab.tracking.runs import TrackingError
 from reliability_util import ROOT, engines_on, free_port, small_params
 
 
@@ -52,7 +52,7 @@ def test_bad_params(tmp_path, mutate, words):
 
 def test_bad_params_stop_the_stage_before_any_server(tmp_path):
     p = _params_file(tmp_path, lambda r: r["bench"].update(concurency=[1]))
-    proc = subprocess.run([sys.executable, "-m", "lab.stage", "bench", "--mode", "baseline", "--params", str(p)],
+    proc = subprocess.run([sys.executable, "-m", "lab.pipeline.stage", "bench", "--mode", "baseline", "--params", str(p)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "bench.concurency: unknown key" in proc.stderr
     assert not (tmp_path / "server.log").exists()
@@ -90,7 +90,7 @@ def test_port_in_use_fails_before_server(tmp_path):
         s.bind(("127.0.0.1", params.server.port))
         s.listen()
         out = tmp_path / "baseline"
-        # preflight (lab.preflight) catches it first; lab.server's own check is the backstop
+        # preflight (lab.engine.preflight) catches it first; lab.engine.server's own check is the backstop
         with pytest.raises((ServerError, PreflightError), match=rf"(?s)port {params.server.port} on 127.0.0.1 is in use.*[Ff]ix"):
             run_mode(params, "baseline", out)
     assert not (out / "ground_truth.jsonl").exists()  # the emulator never ran
@@ -121,11 +121,11 @@ def test_results_dir_not_writable(tmp_path):
 def test_mlflow_down_after_benchmark_keeps_results_then_lab_log(tmp_path, monkeypatch, capsys):
     """Nothing lost: MLflow breaks after the engine is up; the results stay on disk, the
     message says `lab log results/<mode>`, and `lab log` then records them."""
-    import lab.bench
-    from lab.cli import main as lab_main
+    import lab.pipeline.bench
+    from lab.pipeline.cli import main as lab_main
 
     params = small_params(tmp_path, num_prompts=2, concurrency=[1])
-    real_open_run = lab.bench.open_run
+    real_open_run = lab.pipeline.bench.open_run
     dead_uri = f"http://127.0.0.1:{free_port()}"
 
     def open_run_then_break(*a, **kw):
@@ -140,7 +140,7 @@ def test_mlflow_down_after_benchmark_keeps_results_then_lab_log(tmp_path, monkey
         handle.log_params = log_params
         return handle
 
-    monkeypatch.setattr(lab.bench, "open_run", open_run_then_break)
+    monkeypatch.setattr(lab.pipeline.bench, "open_run", open_run_then_break)
     out = tmp_path / "baseline"
     result = run_mode(params, "baseline", out, log=print)
     assert result["status"] == "ok"
@@ -176,8 +176,8 @@ def test_secrets_redacted_end_to_end(tmp_path):
     run = client.get_run(result["mlflow_run_id"])
     assert run.data.params["server.env.HF_TOKEN"] == "***"
     assert run.data.params["server.env.MY_SERVICE_PASSWORD"] == "***"
-    # only credentials: token counts and tokenizer settings keep their values (lab.params_log)
-    from lab.params_log import mode_run_params
+    # only credentials: token counts and tokenizer settings keep their values (lab.tracking.params_log)
+    from lab.tracking.params_log import mode_run_params
 
     assert run.data.params["server.env.TOKENIZERS_PARALLELISM"] == "false"
     assert run.data.params["bench.max_new_tokens"] == str(params.bench.max_new_tokens)

@@ -1,4 +1,4 @@
-"""Tests for lab.client against a tiny fake SGLang streaming server (tests/fixtures/fake_sglang.py)."""
+"""Tests for lab.measure.client against a tiny fake SGLang streaming server (tests/fixtures/fake_sglang.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from lab.client import NOT_SENT_PREFIX, fetch_json, fetch_text, run_requests, run_requests_sync
+from lab.measure.client import NOT_SENT_PREFIX, fetch_json, fetch_text, run_requests, run_requests_sync
 
 FX = Path(__file__).parent / "fixtures"
 _spec = importlib.util.spec_from_file_location("fake_sglang", FX / "fake_sglang.py")

@@ -1,4 +1,4 @@
-"""The comparison table (lab.compare.summary_markdown) and `lab summary`: numbers from a
+"""The comparison table (lab.analysis.compare.summary_markdown) and `lab summary`: numbers from a
 known runs frame, the same table from the CSV round trip, and the missing-report error."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pandas as pd
 import pytest
 
-from lab.cli import main as lab_main
-from lab.compare import _write_csv, read_summary_rows, summarize, summary_markdown
+from lab.pipeline.cli import main as lab_main
+from lab.analysis.compare import _write_csv, read_summary_rows, summarize, summary_markdown
 
 
 def _summary():
@@ -52,7 +52,7 @@ def test_lab_summary_prints_table_or_says_what_to_run(tmp_path, capsys):
     (tmp_path / "comparison.json").write_text(json.dumps(comp))
     assert lab_main(["summary", "--reports", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    # the answer first (lab.answer), then the full table
+    # the answer first (lab.report.answer), then the full table
     assert out.startswith("Does EAGLE-3 beat plain decoding here? Speedup over base")
     answer, table = out.split("\n\n", 1)
     assert "    c1: decode tok/s 1.18x [" in answer and "accept length 1.90, verify 18.0 ms" in answer
@@ -68,7 +68,7 @@ def test_missing_cells_print_as_dash(cell):
 
 
 def test_caption_uses_the_profiles_own_description():
-    from lab.compare import engine_caption
+    from lab.analysis.compare import engine_caption
     from lab.config import load_params
     from lab.emulator.profile import load_profile
 

@@ -1,4 +1,4 @@
-"""lab.crosscheck on real-format SGLang 0.5.23 outputs with known answers.
+"""lab.measure.crosscheck on real-format SGLang 0.5.23 outputs with known answers.
 
 Fixtures: ``/metrics`` with the device-timer categories (``metrics_eagle3_*.prom``),
 ``/server_info`` with resolved args, ``internal_states`` and ``step_time_dict``
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from lab import metrics as M
-from lab.crosscheck import LogWindow, add_cross_checks, cross_checks, log_window_timing, window_server_timing
+from lab.measure import metrics as M
+from lab.measure.crosscheck import LogWindow, add_cross_checks, cross_checks, log_window_timing, window_server_timing
 
 FX = Path(__file__).parent / "fixtures"
 

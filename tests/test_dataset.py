@@ -1,4 +1,4 @@
-"""Tests for lab.dataset: the shipped prompts, error messages, templating, workload order."""
+"""Tests for lab.workload.dataset: the shipped prompts, error messages, templating, workload order."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.dataset import DatasetError, Prompt, load_prompts, output_lengths, render_prompt, workload
+from lab.workload.dataset import DatasetError, Prompt, load_prompts, output_lengths, render_prompt, workload
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "prompts.jsonl"
 

@@ -1,4 +1,4 @@
-"""lab.effective: the resolved configuration read back from /server_info, and the plain-words
+"""lab.engine.effective: the resolved configuration read back from /server_info, and the plain-words
 "identical effective configuration" notice of the compare stage.
 
 The emulator serves SGLang's /server_info, so the whole path is exercised: params -> argv ->
@@ -8,26 +8,23 @@ engine -> /server_info -> effective_config -> compare.summarize.
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from lab import client
-from lab.compare import summarize
+from lab.measure import client
+from lab.analysis.compare import summarize
 from lab.config import load_params
-from lab.effective import effective_config, identical_modes, identical_notice
-from lab.server import ServerProcess, build_server_command
+from lab.engine.effective import effective_config, identical_modes, identical_notice
+from lab.engine.server import ServerProcess, build_server_command
+from lab.engine.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 FX = Path(__file__).parent / "fixtures"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = free_port  # lab.engine.ports
 
 
 def test_effective_config_from_sglang_server_info():

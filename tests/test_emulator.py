@@ -14,7 +14,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from lab.emulator.profile import PROFILES_DIR, ProfileError, accept_prob_for_mea
 from lab.emulator.sglog import decode_batch_line
 from lab.emulator.request import Request
 from lab.emulator.truth import TruthWriter, load_truth
+from lab.engine.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PHYSICS_RATIO_3_OVER_1 = 9.399 / 6.16  # /work/shared/physics-h200.json graph_ms T=3 / T=1
@@ -170,10 +170,7 @@ def test_engine_batching_graph_limit_and_simulated_accept(tmp_path):
 
 
 # --------------------------------------------------------------------------- integration
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = free_port  # lab.engine.ports
 
 
 class Server:
@@ -359,8 +356,8 @@ def test_spec_server_end_to_end(servers, mode, verify_ms):
 def test_per_request_output_lengths_are_decoded(servers):
     """bench.output_tokens_spread: the client sends one max_new_tokens per request and the
     engine (ignore_eos) decodes exactly that many tokens for each."""
-    from lab.client import run_requests_sync
-    from lab.dataset import output_lengths
+    from lab.measure.client import run_requests_sync
+    from lab.workload.dataset import output_lengths
 
     lengths = output_lengths(6, 24, 0.5, seed=3)
     assert len(set(lengths)) > 1 and all(12 <= n <= 24 for n in lengths)
@@ -493,7 +490,7 @@ def test_eager_draft_is_booked_as_decode_and_extend(tmp_path):
     """Issue 12 item 1: above the captured batch size the draft runs eagerly, booked as
     ``decode``/``extend`` (eagle_worker_v2.py ~693-715, eager_runner.py ~261, ~342-350); the
     ground truth still counts it as draft time; every TP rank exports its series."""
-    from lab.metrics import parse_prometheus, server_timing
+    from lab.measure.metrics import parse_prometheus, server_timing
 
     m = EmulatorMetrics("m", True, tp_size=4)
     before = m.render().decode()

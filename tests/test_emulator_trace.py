@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import pytest
 from lab.emulator.profile import load_profile
 from lab.emulator.trace import EmulatorProfiler, ProfileRequestError, build_trace, trace_file_name
 from lab.emulator.truth import load_truth
+from lab.engine.ports import free_port
 from lab.profiling.capture import TRACE_PREFIX, capture_profile, profile_request_body
 from lab.profiling.trace import analyze_trace
 # sglang_nodeps: the shared fixture of tests/conftest.py (SGLang 0.5.23's source, no deps)
@@ -120,10 +120,7 @@ def test_profiler_state_machine(tmp_path):
     assert t["emulator"]["iterations"] == 2 and not p.active
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = free_port  # lab.engine.ports
 
 
 def _post(url, body=None):

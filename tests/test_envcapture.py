@@ -1,4 +1,4 @@
-"""lab.envcapture: optional commands with a clear "not available" note, secrets redacted."""
+"""lab.engine.envcapture: optional commands with a clear "not available" note, secrets redacted."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 import sys
 from pathlib import Path
 
-from lab.envcapture import capture_environment, run_optional
+from lab.engine.envcapture import capture_environment, run_optional
 
 
 def test_missing_tool_is_noted():

@@ -1,5 +1,5 @@
 """Injected engine faults (lab/emulator/faults.py) against the real orchestration
-(:func:`lab.bench.run_mode`): each ends the way docs/reliability.md says, leaves no engine
+(:func:`lab.pipeline.bench.run_mode`): each ends the way docs/reliability.md says, leaves no engine
 process and loses no measured request."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from contextlib import contextmanager
 import pytest
 from mlflow.tracking import MlflowClient
 
-from lab.bench import BenchError, run_mode
+from lab.pipeline.bench import BenchError, run_mode
 from lab.emulator.faults import FaultError, parse_faults
-from lab.server import ServerError
+from lab.engine.server import ServerError
 from reliability_util import engines_on, lost_results, port_free, small_params, tally
 
 
@@ -126,7 +126,7 @@ def test_http_500_counted_per_level_not_dropped(tmp_path):
         assert lean["c1.error_rate"] == pytest.approx(1 / 3) and lean["c2.error_rate"] == pytest.approx(1 / 3)
         recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
         assert sum(1 for r in recs if (r["error"] or "").startswith("HTTP 500")) == 4
-        from lab.compare import load_results, runs_frame, summarize
+        from lab.analysis.compare import load_results, runs_frame, summarize
 
         s = summarize(load_results(tmp_path, ["baseline"]), runs_frame(tmp_path, ["baseline"]), None)
         assert s["modes"]["baseline"]["c2"]["errors"] == 2

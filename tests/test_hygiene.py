@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lab.emulator.request import VOCAB, Request
-from lab.hygiene import (accounting_check, coefficient_of_variation, degenerate_check, dispatch_delay_summary,
+from lab.measure.hygiene import (accounting_check, coefficient_of_variation, degenerate_check, dispatch_delay_summary,
                          hygiene_warnings, repeated_ngram_share, run_hygiene, warmup_until_stable)
 
 
@@ -104,8 +104,8 @@ def test_bench_marks_a_looping_emulator_run(tmp_path):
     """End to end: the emulator loops (--emulator-output loop, delta text streaming); the run is marked."""
     import json
 
-    from lab.accuracy import free_port
-    from lab.bench import run_mode
+    from lab.measure.accuracy import free_port
+    from lab.pipeline.bench import run_mode
     from lab.config import load_params
     from lab.emulator.request import LOOP_PHRASE
 
@@ -136,7 +136,7 @@ def test_level_that_never_refills_the_batch_is_flagged_once():
 
 
 def test_dispatch_delay_warning_names_the_level_worst_repeat_and_fix():
-    from lab.hygiene import DISPATCH_DELAY_WARN_MS
+    from lab.measure.hygiene import DISPATCH_DELAY_WARN_MS
 
     runs = [{"concurrency": 1, "repeat": i, "hygiene": {"p99_dispatch_delay_ms": d}} for i, d in enumerate((0.2, 0.3, 0.1))]
     runs += [{"concurrency": 8, "repeat": i, "hygiene": {"p99_dispatch_delay_ms": d}} for i, d in enumerate((3.0, 12.5, 7.0))]

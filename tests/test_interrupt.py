@@ -1,5 +1,5 @@
 """Interruption: a signal to `dvc repro`, to the stage process (papermill) or to the
-notebook kernel leaves no engine process alive and its port free (lab/interrupt.py).
+notebook kernel leaves no engine process alive and its port free (lab/pipeline/interrupt.py).
 
 Each case starts a real stage in a scratch copy of the repo (like tests/test_pipeline.py),
 waits until the engine listens, sends the signal, then checks the process table (psutil)
@@ -61,7 +61,7 @@ def _start(repo: Path, how: str) -> subprocess.Popen:
         else:
             env["SHELL"] = "/bin/sh"
     else:
-        argv = [sys.executable, "-m", "lab.stage", "bench", "--mode", "baseline"]
+        argv = [sys.executable, "-m", "lab.pipeline.stage", "bench", "--mode", "baseline"]
     # own session, like a terminal's foreground job: Ctrl-C = SIGINT to this process group
     return subprocess.Popen(argv, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
@@ -135,7 +135,7 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
             time.sleep(1.0)
             r["survived_hard_kill"] = bool(engines_on(r["port"]))
             r["recorded"] = bool(list((r["repo"] / ".cache" / "servers").glob("*.json")))
-            nxt = subprocess.run([sys.executable, "-c", "from lab.server import stop_stale_servers as s; s()"],
+            nxt = subprocess.run([sys.executable, "-c", "from lab.engine.server import stop_stale_servers as s; s()"],
                                  cwd=r["repo"], env=_env(), capture_output=True, text=True, timeout=60)
             r["next_launch"] = nxt.stdout + nxt.stderr
     for case, r in runs.items():
@@ -213,13 +213,13 @@ def test_everything_killed_hard_next_launch_cleans(outcomes):
 
 
 def test_launcher_chain_sees_through_a_shell_that_does_not_exec(tmp_path):
-    """Unit check of lab.interrupt.launcher_chain/die_with_launcher without a stage: a
+    """Unit check of lab.pipeline.interrupt.launcher_chain/die_with_launcher without a stage: a
     child run as `sh wrapper -c ...` under a non-shell parent names that parent last, and
     its watcher signals the child once the non-shell launcher is gone."""
     wrapper = tmp_path / "sh"
     wrapper.write_text(NOEXEC_SHELL)
     wrapper.chmod(0o755)
-    probe = ("import json, signal, sys, time; from lab.interrupt import launcher_chain, die_with_launcher; "
+    probe = ("import json, signal, sys, time; from lab.pipeline.interrupt import launcher_chain, die_with_launcher; "
              "signal.signal(signal.SIGTERM, lambda *a: (print('SIGTERM', flush=True), sys.exit(0))); "
              "print(json.dumps([p.name() for p in launcher_chain()]), json.dumps(die_with_launcher(poll_s=0.1)), "
              "sep='\\t', flush=True); time.sleep(30)")

@@ -1,4 +1,4 @@
-"""Tests for lab.metrics on hand-built records and SGLang-format fixtures with known answers."""
+"""Tests for lab.measure.metrics on hand-built records and SGLang-format fixtures with known answers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.metrics import (
+from lab.measure.metrics import (
     LATENCY_METRICS,
     SERVER_TIMING_KEYS,
     measured_window_s,
@@ -258,7 +258,7 @@ def test_server_timing_counts_one_tp_rank_and_books_eager_draft_as_draft():
 def test_server_step_ms_not_biased_by_the_idle_gap_before_a_window():
     """Issue 12 item 5: SGLang's step clock is not reset while idle (metrics_reporter.py ~942),
     so the window's first step_time_dict entry spans the idle gap; the median ignores it."""
-    from lab.metrics import summarize_run
+    from lab.measure.metrics import summarize_run
 
     before = {"internal_states": [{"step_time_dict": {"1": [0.0121] * 3}}]}
     # first new entry: 40 iterations of 12 ms plus 2 s idle, spread over the interval of 40
@@ -272,7 +272,7 @@ def test_server_step_ms_not_biased_by_the_idle_gap_before_a_window():
 
 
 def test_incomplete_draft_time_is_a_run_warning():
-    from lab.hygiene import hygiene_warnings
+    from lab.measure.hygiene import hygiene_warnings
 
     runs = [{"concurrency": 8, "repeat": 0, "server": {"draft_incomplete": True}},
             {"concurrency": 1, "repeat": 0, "server": {"draft_incomplete": False}}]

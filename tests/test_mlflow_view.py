@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 
 from lab.config import load_params
-from lab.mlflow_view import interval_metrics, runs_table_url, warning_tags
-from lab.tracking import artifact_location, open_run
+from lab.tracking.mlflow_view import interval_metrics, runs_table_url, warning_tags
+from lab.tracking.runs import artifact_location, open_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,7 +75,7 @@ def test_lab_ui_url_opens_the_runs_table_in_chromium(tmp_path):
     run.log_metrics({"decode_tok_s": 96.6, "decode_tok_s_ci95_lo": 94.6, "decode_tok_s_ci95_hi": 98.7})
     run.finish()
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "lab.cli", "ui", "--port", str(port), "--params", str(pfile)],
+    proc = subprocess.Popen([sys.executable, "-m", "lab.pipeline.cli", "ui", "--port", str(port), "--params", str(pfile)],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:

@@ -1,4 +1,4 @@
-"""Paired per-prompt speedup (lab.paired): matching, the interval on known data, and the
+"""Paired per-prompt speedup (lab.analysis.paired): matching, the interval on known data, and the
 summary/markdown/report/MLflow-flat plumbing."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lab.paired import add_paired, load_request_speeds, paired_speedup
+from lab.analysis.paired import add_paired, load_request_speeds, paired_speedup
 
 
 def _record(mode: str, point: str, rep: int, slot: int, prompt: int, tok_s: float, n: int = 33,
@@ -63,7 +63,7 @@ def test_paired_interval_is_tight_where_prompts_vary(tmp_path):
     assert p["ci95_lo"] < 1.2 < p["ci95_hi"] and p["ratio"] == pytest.approx(1.2, rel=0.01)
     assert p["ci95_hi"] / p["ci95_lo"] < 1.03 and p["verdict"] == "faster"
     # unpaired, the +-30 % prompt mix would swamp the same 20 % difference
-    from lab.stats import ratio_ci
+    from lab.analysis.stats import ratio_ci
 
     _, lo, hi = ratio_ci([r["decode_tok_s"] for r in base], [r["decode_tok_s"] for r in spec])
     assert hi / lo > 1.1
@@ -98,8 +98,8 @@ def test_mismatched_or_failed_requests_are_counted_not_paired():
 
 
 def test_summary_rows_markdown_and_flat_metrics_carry_the_paired_speedup(tmp_path):
-    from lab.compare import _lean, summarize, summary_markdown
-    from lab.report import _summary_html
+    from lab.analysis.compare import _lean, summarize, summary_markdown
+    from lab.report.html import _summary_html
 
     _workload(tmp_path, ratio=1.25)
     runs = pd.DataFrame([

@@ -1,5 +1,5 @@
 """Every parameter of the default params.yaml appears in MLflow with its value, and only
-credentials are redacted (lab.redact, lab.params_log): both directions."""
+credentials are redacted (lab.redact, lab.tracking.params_log): both directions."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from lab.config import load_params
 from lab.redact import is_secret_name, redact_argv, redact_env, redact_text
-from lab.tracking import flatten_params
+from lab.tracking.runs import flatten_params
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,11 +58,11 @@ def _expected(value) -> str:
 def test_every_default_param_reaches_a_run_with_its_value():
     """Walk the default params.yaml: each leaf is in the params of the runs that log it (its
     mode's run; physics.* in the physics run) with its value, never ``***``."""
-    from lab.params_log import mode_run_params
+    from lab.tracking.params_log import mode_run_params
 
     params = load_params(ROOT / "params.yaml")
     raw = params.model_dump()
-    physics = flatten_params({"physics": params.physics.model_dump()})  # what lab.tracking.log_physics logs
+    physics = flatten_params({"physics": params.physics.model_dump()})  # what lab.tracking.physics_log.log_physics logs
     logged = {m: mode_run_params(params, m) for m in params.modes}
     missing = []
     for name, value in _leaves(raw):
@@ -83,7 +83,7 @@ def test_every_default_param_reaches_a_run_with_its_value():
 
 
 def test_tracking_uri_password_is_the_only_part_hidden():
-    from lab.params_log import mode_run_params
+    from lab.tracking.params_log import mode_run_params
 
     params = load_params(ROOT / "params.yaml").model_copy(deep=True)
     params.mlflow.tracking_uri = "postgresql://lab:s3cr3t-pw@db.internal:5432/mlflow"

@@ -102,7 +102,7 @@ def test_log_physics_logs_profile_artifacts(tmp_path):
     from mlflow.tracking import MlflowClient
 
     from lab.config import load_params
-    from lab.tracking import log_physics
+    from lab.tracking.physics_log import log_physics
 
     params = load_params(ROOT / "params.yaml").model_copy(deep=True)
     params.mlflow.tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -188,7 +188,7 @@ def test_summary_md_and_report_carry_the_one_wave_warning(repo):
 
 
 def test_dvc_repro_ends_with_the_answer(repo):
-    from lab.answer import answer_text
+    from lab.report.answer import answer_text
 
     out = REPRO_OUTPUT[0]
     comp = json.loads((repo / "reports" / "comparison.json").read_text())

@@ -1,4 +1,4 @@
-"""lab.preflight and ``lab doctor``: readable table, clear verdict, fast failure.
+"""lab.engine.preflight and ``lab doctor``: readable table, clear verdict, fast failure.
 
 SGLang's parser check is exercised with tiny fake ``sglang`` packages written from SGLang
 0.5.23's real signature ``sglang.srt.server_args.prepare_server_args(argv: list[str]) ->
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.cli import main as lab_main
+from lab.pipeline.cli import main as lab_main
 from lab.config import load_params
-from lab.preflight import FAIL, OK, SKIP, argv_check, run_preflight, sglang_check, weights_check
-from lab.server import build_server_command
+from lab.engine.preflight import FAIL, OK, SKIP, argv_check, run_preflight, sglang_check, weights_check
+from lab.engine.server import build_server_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -198,8 +198,8 @@ def test_run_mode_stops_in_seconds_on_failed_preflight(tmp_path, monkeypatch):
     table in result.json and a failed metrics.json."""
     import json
 
-    from lab.bench import run_mode
-    from lab.preflight import PreflightError
+    from lab.pipeline.bench import run_mode
+    from lab.engine.preflight import PreflightError
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     base = load_params(ROOT / "params.yaml")
@@ -225,7 +225,7 @@ def test_argv_check_says_raw_input_when_resolution_cannot_run(params, tmp_path, 
 
 
 def test_driver_check_needs_r580():
-    from lab.preflight import driver_check
+    from lab.engine.preflight import driver_check
 
     assert driver_check("580.65.06").status == OK
     old = driver_check("550.127.05")

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from lab.bench import run_mode
-from lab.compare import run_compare
+from lab.pipeline.bench import run_mode
+from lab.analysis.compare import run_compare
 from lab.emulator.profile import load_profile
 from lab.emulator.truth import load_truth
 from reliability_util import small_params

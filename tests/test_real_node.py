@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from lab.emulator.proctree import CHILD_NAMES
-from lab.server import ServerCommand, ServerError, ServerProcess, build_server_command, stop_stale_servers
+from lab.engine.server import ServerCommand, ServerError, ServerProcess, build_server_command, stop_stale_servers
 from reliability_util import small_params
 from scratch import orphan_server_record
 
@@ -193,7 +193,7 @@ def test_health_generates_ready_is_cheap_and_openai_surfaces(tmp_path):
 
 
 class FakeNvml:
-    """A fake of the nvidia-ml-py calls lab.gpumem makes: 2 GPUs whose used memory and
+    """A fake of the nvidia-ml-py calls lab.engine.gpumem makes: 2 GPUs whose used memory and
     compute processes a test scripts over time (``hold_until``: monotonic time until which
     ``holders`` keep ``held`` bytes on each GPU)."""
 
@@ -231,7 +231,7 @@ class FakeNvml:
 
 
 def test_wait_gpu_memory_freed_with_fake_nvml():
-    from lab.gpumem import GpuMemoryNotFreed, wait_gpu_memory_freed
+    from lab.engine.gpumem import GpuMemoryNotFreed, wait_gpu_memory_freed
 
     nv = FakeNvml()
     nv.held, nv.holders, nv.hold_until = 70 << 30, {4242}, time.monotonic() + 1.0
@@ -277,7 +277,7 @@ def test_simulated_accept_length_keeps_real_tokens_with_topk1(tmp_path):
     """Issue 12 item 4: SGLang's default simulated-token mode emits token id 100 everywhere
     (spec_utils.py ~568), which the degenerate check flags; the lab asks for
     real-draft-token (allowed with topk 1, eagle_utils.py ~818-823). The emulator models both."""
-    from lab.hygiene import degenerate_check
+    from lab.measure.hygiene import degenerate_check
 
     p = small_params(tmp_path)
     p.modes["eagle3_decode"].simulate_accept_length = 2.0

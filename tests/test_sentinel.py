@@ -12,7 +12,7 @@ import pytest
 from pathlib import Path
 
 from lab.emulator.profile import load_profile
-from lab.sentinel import compare, config_fingerprint, decide, launch_delta
+from lab.analysis.sentinel import compare, config_fingerprint, decide, launch_delta
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,7 +85,7 @@ def test_compare_direction_respects_lower_is_better():
 
 
 def _hash(params, result=None):
-    from lab.sentinel import file_sha256, launch_setup
+    from lab.analysis.sentinel import file_sha256, launch_setup
 
     res = result or {"engine": "emulator", "engine_version": "0.5.23", "effective_config": {"tp_size": 8},
                      "mode": "eagle3_decode"}
@@ -173,8 +173,8 @@ def test_sentinel_end_to_end_on_real_launches(tmp_path):
     launches it compared, and its decision on values placed relative to the recorded spread."""
     from mlflow.tracking import MlflowClient
 
-    from lab import sentinel
-    from lab.bench import run_mode
+    from lab.analysis import sentinel
+    from lab.pipeline.bench import run_mode
     from lab.config import load_params
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -1,4 +1,4 @@
-"""lab.server: the SGLang argv of every mode (checked by SGLang's own parser) and the
+"""lab.engine.server: the SGLang argv of every mode (checked by SGLang's own parser) and the
 engine process lifecycle (checked with tiny fake engines)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from lab.config import load_params
-from lab.server import (
+from lab.engine.server import (
     ServerCommand,
     ServerError,
     ServerProcess,

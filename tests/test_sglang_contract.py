@@ -7,7 +7,7 @@ on the CPU, or, where it needs torch/CUDA, its source is read with ``ast``:
   ``cuda_graph_hook.parse_cuda_graph_config`` / ``generate_decode_cuda_graph_batch_sizes`` and
   its topk-1 draft-token rewrite on the lab's three command lines (model path: a
   DeepSeek-V3/Kimi-K2.5-shaped ``config.json`` in tmp). The emulator's ``/server_info``
-  must hold the same keys with the same shapes and values, and ``lab/effective.py`` must
+  must hold the same keys with the same shapes and values, and ``lab/engine/effective.py`` must
   read the same effective values from both. ``attention_backend`` (fa3 for MLA on Hopper)
   needs the GPU platform and the model's HF config through transformers: not checked here;
   the emulator's value copies DESIGN.md's "SGLang 0.5.23 facts".
@@ -35,12 +35,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lab.config import load_params
-from lab.effective import effective_config
+from lab.engine.effective import effective_config
 from lab.emulator.args import parse_args
 from lab.emulator.metrics import FORWARD_CATEGORIES, EmulatorMetrics
 from lab.emulator.sglog import decode_batch_line, prefill_batch_line, startup_lines
-from lab.metrics import CUDA_GRAPH_PASSES, FORWARD_SECONDS, parse_decode_log, parse_prometheus
-from lab.server import build_server_command
+from lab.measure.metrics import CUDA_GRAPH_PASSES, FORWARD_SECONDS, parse_decode_log, parse_prometheus
+from lab.engine.server import build_server_command
 
 # sglang_nodeps: the shared fixture of tests/conftest.py (SGLang 0.5.23's source, no deps)
 
@@ -386,7 +386,7 @@ def test_emulator_startup_lines_match_sglang_format(line_regexes):
 def test_live_emulator_log_and_fixtures_match_sglang_format(line_regexes, tmp_path):
     """Every batch, capture and ready line a live emulator logs, and every such line in the
     hand-written fixtures, is one SGLang 0.5.23 prints."""
-    from lab.server import ServerProcess
+    from lab.engine.server import ServerProcess
     from reliability_util import small_params
     import urllib.request
 

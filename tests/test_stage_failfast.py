@@ -1,7 +1,7 @@
 """A stage that cannot start fails before papermill starts a kernel (issue 11, item 6), and
 the physics stage records "not run" without a kernel when CUDA is absent (item 7).
 
-Each case runs ``python -m lab.stage`` in a scratch copy of the lab, as ``dvc repro`` does,
+Each case runs ``python -m lab.pipeline.stage`` in a scratch copy of the lab, as ``dvc repro`` does,
 and checks what a user would see and what is left: the short preflight table instead of a
 papermill traceback, the previous results of the mode byte for byte (``ground_truth.jsonl``
 included), no MLflow run left RUNNING (the pipeline's parent included). The elapsed time is
@@ -40,14 +40,14 @@ def repo(tmp_path: Path) -> Path:
 
 def _stage(repo: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "lab.stage", *args], cwd=repo, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "lab.pipeline.stage", *args], cwd=repo, capture_output=True, text=True,
                           timeout=300, env=dvc_env())
     return proc, time.monotonic() - t0
 
 
 def _open_parent(repo: Path) -> str:
     """The pipeline's parent run as an earlier stage of the same `dvc repro` left it (RUNNING)."""
-    code = "from lab.config import load_params; from lab.grouping import pipeline_parent; print(pipeline_parent(load_params()))"
+    code = "from lab.config import load_params; from lab.tracking.grouping import pipeline_parent; print(pipeline_parent(load_params()))"
     out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True,
                          env=dvc_env(), timeout=120)
     return out.stdout.strip().splitlines()[-1]
@@ -88,7 +88,7 @@ def test_taken_port_fails_fast_with_the_table_and_deletes_nothing(repo):
 
 
 def test_sglang_engine_without_gpu_or_sglang_fails_fast(repo):
-    from lab.preflight import gpu_check
+    from lab.engine.preflight import gpu_check
 
     if gpu_check(1).status == "ok":
         pytest.skip("a GPU is visible: this case needs a machine without one")
@@ -102,7 +102,7 @@ def test_sglang_engine_without_gpu_or_sglang_fails_fast(repo):
 
 
 def test_physics_without_cuda_records_not_run_without_a_kernel_and_honours_params(repo, tmp_path):
-    from lab.stage import physics_without_cuda
+    from lab.pipeline.stage import physics_without_cuda
 
     status = physics_without_cuda()
     if status is None:

@@ -1,4 +1,4 @@
-"""lab.startup: phases parsed from SGLang-format startup logs (real strings of SGLang 0.5.23)
+"""lab.engine.startup: phases parsed from SGLang-format startup logs (real strings of SGLang 0.5.23)
 and from the emulator, which logs the same lines."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from lab.config import load_params
-from lab.server import ServerProcess, build_server_command
-from lab.startup import StartupTracker, parse_startup_line
+from lab.engine.server import ServerProcess, build_server_command
+from lab.engine.startup import StartupTracker, parse_startup_line
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Tests for lab.stats on known distributions."""
+"""Tests for lab.analysis.stats on known distributions."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from lab.stats import mean_ci, ratio_ci, verdict
+from lab.analysis.stats import mean_ci, ratio_ci, verdict
 
 
 def test_mean_ci_known_values():
@@ -83,7 +83,7 @@ def test_ratio_ci_contains_true_ratio():
 
 
 def test_log_ratio_ci_paired():
-    from lab.stats import log_ratio_ci
+    from lab.analysis.stats import log_ratio_ci
 
     r, lo, hi = log_ratio_ci([math.log(1.5)] * 2 + [math.log(1.6)])
     assert lo < r < hi and r == pytest.approx(math.exp((2 * math.log(1.5) + math.log(1.6)) / 3))
@@ -91,7 +91,7 @@ def test_log_ratio_ci_paired():
 
 
 def test_count_ci_never_negative_and_covers():
-    from lab.stats import count_ci, metric_ci
+    from lab.analysis.stats import count_ci, metric_ci
 
     m, lo, hi = count_ci([0, 0, 1])
     assert m == pytest.approx(1 / 3) and lo > 0 and hi > m
@@ -108,7 +108,7 @@ def test_count_ci_never_negative_and_covers():
 
 
 def test_metric_ci_bounded_metrics():
-    from lab.stats import metric_ci
+    from lab.analysis.stats import metric_ci
 
     m, lo, hi = metric_ci("error_rate", [0.0, 0.0, 0.25])
     assert lo == 0.0 and hi <= 1.0 and m == pytest.approx(0.25 / 3)
@@ -133,7 +133,7 @@ def test_verdict():
 
 
 def test_format_speedup():
-    from lab.stats import format_speedup
+    from lab.analysis.stats import format_speedup
 
     assert format_speedup(1.1747, 1.161, 1.182, "faster") == "1.17x [1.16, 1.18] faster"
     assert format_speedup(0.9, None, None, None) == "0.90x"

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab import theory
+from lab.analysis import theory
 from lab.config import ParamsError, load_params
-from lab.context import CHARS_PER_TOKEN, USER_HEADER, pad_prompt
-from lab.sweep import check_current, expand, write_modes
+from lab.workload.context import CHARS_PER_TOKEN, USER_HEADER, pad_prompt
+from lab.pipeline.sweep import check_current, expand, write_modes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,7 +80,7 @@ def test_pad_prompt_reaches_target_length():
 
 
 def test_stage_refuses_untracked_dependency_inside_an_experiment(tmp_path, monkeypatch):
-    from lab.stage import check_deps_tracked
+    from lab.pipeline.stage import check_deps_tracked
 
     for name in ("lab", "notebooks", "data"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))

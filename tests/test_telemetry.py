@@ -1,4 +1,4 @@
-"""lab.telemetry: per-GPU samples through an NVML interface, and the explicit "no GPU
+"""lab.engine.telemetry: per-GPU samples through an NVML interface, and the explicit "no GPU
 telemetry" note on a machine without GPUs (this one)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lab.telemetry import GpuSampler
+from lab.engine.telemetry import GpuSampler
 
 
 class FakeNvml:

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from lab.versions import sglang_version, version_tags
+from lab.tracking.versions import sglang_version, version_tags
 
 FX = Path(__file__).parent / "fixtures"
 

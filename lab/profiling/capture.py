@@ -82,7 +82,7 @@ def capture_profile(base_url: str, out_dir: str | Path, *, mode: str, texts: lis
         "requests", "analysis": {"by_stage", "cycle_summary", "cycles", "steps", "events"}}``;
         never raises for a server-side failure (the measured levels stay intact).
     """
-    from lab import client
+    from lab.measure import client
     from lab.profiling.trace import analyze_trace
 
     out = Path(out_dir)

@@ -138,7 +138,7 @@ def profile_section(results: Mapping[str, Mapping[str, Any]], out_dir: str | Pat
     """The report's profiling section from each mode's ``result.json`` (``result["profile"]``,
     written by ``bench.profile``); None when no mode was profiled.
 
-    :param results: ``{mode: result}`` (:func:`lab.compare.load_results`).
+    :param results: ``{mode: result}`` (:func:`lab.analysis.compare.load_results`).
     :param out_dir: where the figure goes (``verify_time_breakdown.png``).
     :param baseline: the plain-decoding mode whose DECODE step each VERIFY step is compared with.
     :param caption: the engine caption; the figure's caption adds "MODELLED" for emulator traces.

@@ -1,0 +1,196 @@
+"""Statistics over repeats: confidence intervals and the speedup verdict.
+
+Repeats (default 3) of one (mode, concurrency) give a small sample of a run metric. The
+lab reports a mean with a Student-t 95 % interval (:func:`mean_ci`, :func:`metric_ci`;
+counts get an exact Poisson interval, :func:`count_ci`) and a speedup
+``mean(other) / mean(base)`` with a Welch log-ratio interval (:func:`ratio_ci`), then calls it
+"faster", "slower" or "not distinguishable" (:func:`verdict`) by whether the interval
+excludes 1 (DESIGN.md, "Measurement definitions": "a speedup is reported
+with its interval").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Literal
+
+import numpy as np
+
+__all__ = ["finite", "mean_ci", "ratio_ci", "log_ratio_ci", "count_ci", "metric_ci", "verdict", "format_speedup",
+           "COUNT_METRICS", "FRACTION_METRICS"]
+
+Verdict = Literal["faster", "slower", "not distinguishable"]
+
+
+def finite(values: Iterable[float | None]) -> np.ndarray:
+    """The finite values of ``values`` as a float array (None, NaN and inf dropped); shape (k,)."""
+    arr = np.asarray([v for v in values if v is not None], dtype=float)
+    return arr[np.isfinite(arr)]
+
+
+def mean_ci(values: Iterable[float | None], confidence: float = 0.95) -> tuple[float, float, float]:
+    """Mean and two-sided Student-t confidence interval.
+
+    ``mean ± t_{(1+confidence)/2, n-1} * s / sqrt(n)`` with ``s`` the sample standard
+    deviation (ddof=1), ``scipy.stats.t``.
+
+    :param values: sample (None and non-finite values are dropped).
+    :param confidence: coverage in (0, 1).
+    :returns: ``(mean, lo, hi)``; n=1 gives ``(x, nan, nan)``, n=0 ``(nan, nan, nan)``.
+    :raises ValueError: confidence outside (0, 1).
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence}: must be in (0, 1), e.g. 0.95")
+    x = finite(values)
+    n = x.size
+    if n == 0:
+        return (math.nan, math.nan, math.nan)
+    mean = float(x.mean())
+    if n == 1:
+        return (mean, math.nan, math.nan)
+    from scipy import stats as _st  # imported here: `lab summary` must start fast
+
+    half = float(_st.t.ppf((1.0 + confidence) / 2.0, df=n - 1) * x.std(ddof=1) / math.sqrt(n))
+    return (mean, mean - half, mean + half)
+
+
+def ratio_ci(
+    base: Iterable[float | None],
+    other: Iterable[float | None],
+    confidence: float = 0.95,
+) -> tuple[float, float, float]:
+    """Ratio of means ``mean(other) / mean(base)`` with a Welch log-ratio interval.
+
+    On the log scale the ratio is ``log(mean(other)) - log(mean(base))``; by the delta
+    method each term has variance ``s^2 / (n * mean^2)`` (the squared coefficient of
+    variation of the mean). The interval is ``exp(log ratio ± t_{(1+confidence)/2, df} * se)``
+    with ``se^2 = v_other + v_base`` and Welch-Satterthwaite degrees of freedom
+    ``df = se^4 / (v_other^2 / (n_other - 1) + v_base^2 / (n_base - 1))`` (Welch 1947,
+    *Biometrika* 34:28-35). Unlike a percentile bootstrap over 3 repeats, which covers
+    the true ratio ~79 % of the time, this interval covers at its nominal level at n = 3
+    on normal and log-normal data (``tests/test_stats.py`` simulates it).
+
+    :param base: reference sample, e.g. baseline ``output_tok_s`` per repeat (> 0).
+    :param other: compared sample (> 0).
+    :param confidence: coverage in (0, 1).
+    :returns: ``(ratio, lo, hi)``; lo/hi are nan if either sample has fewer than 2
+        values, all three nan if either is empty or a mean is not positive. When both
+        samples have zero variance the interval is ``[ratio, ratio]``.
+    :raises ValueError: confidence outside (0, 1).
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence}: must be in (0, 1), e.g. 0.95")
+    b, o = finite(base), finite(other)
+    if b.size == 0 or o.size == 0 or b.mean() <= 0 or o.mean() <= 0:
+        return (math.nan, math.nan, math.nan)
+    ratio = float(o.mean() / b.mean())
+    if b.size < 2 or o.size < 2:
+        return (ratio, math.nan, math.nan)
+    vb = float(b.var(ddof=1)) / (b.size * float(b.mean()) ** 2)
+    vo = float(o.var(ddof=1)) / (o.size * float(o.mean()) ** 2)
+    se = math.sqrt(vb + vo)
+    if se == 0.0:
+        return (ratio, ratio, ratio)
+    df = (vb + vo) ** 2 / ((vb ** 2 / (b.size - 1)) + (vo ** 2 / (o.size - 1)))
+    from scipy import stats as _st  # imported here: `lab summary` must start fast
+
+    half = float(_st.t.ppf((1.0 + confidence) / 2.0, df) * se)
+    return (ratio, ratio * math.exp(-half), ratio * math.exp(half))
+
+
+def log_ratio_ci(log_ratios: Iterable[float | None], confidence: float = 0.95) -> tuple[float, float, float]:
+    """Geometric-mean ratio of paired log ratios with a one-sample Student-t interval.
+
+    ``exp(mean(d) ± t_{(1+confidence)/2, n-1} * s_d / sqrt(n))`` for ``d_i = log(other_i /
+    base_i)``, one ``d_i`` per matched unit (a prompt): the paired design, where the
+    unit-to-unit variation cancels (:mod:`lab.analysis.paired`).
+
+    :returns: ``(ratio, lo, hi)``; n=1 gives nan bounds, n=0 all nan.
+    :raises ValueError: confidence outside (0, 1).
+    """
+    m, lo, hi = mean_ci(log_ratios, confidence)
+    return tuple(math.exp(v) if math.isfinite(v) else math.nan for v in (m, lo, hi))  # type: ignore[return-value]
+
+
+def count_ci(counts: Iterable[float | None], confidence: float = 0.95) -> tuple[float, float, float]:
+    """Mean count per repeat with an exact Poisson (Garwood) interval; never negative.
+
+    For a total ``k`` over ``n`` repeats: ``lo = chi2.ppf(a/2, 2k) / (2n)``,
+    ``hi = chi2.ppf(1 - a/2, 2k + 2) / (2n)`` with ``a = 1 - confidence`` (Garwood 1936,
+    *Biometrika* 28:437-442); ``lo = 0`` when ``k = 0``. A t-interval on counts such as
+    ``crosscheck_disagreements`` (often 0 or 1) goes below zero and is zero-width for all-zero
+    samples; this one is not.
+
+    :param counts: non-negative counts, one per repeat.
+    :returns: ``(mean, lo, hi)``; all nan when empty.
+    :raises ValueError: confidence outside (0, 1) or a negative count.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence}: must be in (0, 1), e.g. 0.95")
+    x = finite(counts)
+    if x.size == 0:
+        return (math.nan, math.nan, math.nan)
+    if (x < 0).any():
+        raise ValueError(f"count_ci: negative count in {x.tolist()}. Fix: pass event counts (>= 0)")
+    n, k = x.size, float(x.sum())
+    a = 1.0 - confidence
+    from scipy import stats as _st  # imported here: `lab summary` must start fast
+
+    lo = 0.0 if k == 0 else float(_st.chi2.ppf(a / 2.0, 2.0 * k)) / (2.0 * n)
+    hi = float(_st.chi2.ppf(1.0 - a / 2.0, 2.0 * k + 2.0)) / (2.0 * n)
+    return (k / n, lo, hi)
+
+
+#: Metrics that are event counts per repeat: :func:`count_ci`, not a t-interval.
+COUNT_METRICS = frozenset({"crosscheck_disagreements"})
+#: Metrics bounded to [0, 1]: the t-interval is intersected with [0, 1].
+FRACTION_METRICS = frozenset({"error_rate", "verify_graph_fraction", "log_verify_graph_fraction"})
+
+
+def metric_ci(name: str, values: Iterable[float | None], confidence: float = 0.95) -> tuple[float, float, float]:
+    """The interval the lab reports for metric ``name`` over repeats.
+
+    Counts (:data:`COUNT_METRICS`) get :func:`count_ci`; everything else the Student-t
+    interval of :func:`mean_ci`, intersected with [0, 1] for fractions
+    (:data:`FRACTION_METRICS`) and with [0, inf) for the other metrics (times, rates and
+    lengths are never negative). Intersecting an interval with the set the true value must
+    lie in never lowers its coverage.
+
+    :returns: ``(mean, lo, hi)`` as :func:`mean_ci`.
+    """
+    if name in COUNT_METRICS:
+        return count_ci(values, confidence)
+    m, lo, hi = mean_ci(values, confidence)
+    if math.isfinite(lo):
+        lo = max(lo, 0.0)
+    if name in FRACTION_METRICS and math.isfinite(hi):
+        hi = min(hi, 1.0)
+    return (m, lo, hi)
+
+
+def verdict(ratio: float, lo: float, hi: float, *, higher_is_better: bool = True) -> Verdict:
+    """Classify a ratio ``other / base`` by whether its interval excludes 1.
+
+    :param ratio, lo, hi: output of :func:`ratio_ci`.
+    :param higher_is_better: True for throughputs (``*_tok_s``), False for latencies
+        (``*_ms``), where a ratio above 1 means slower.
+    :returns: "faster" if the whole interval is on the better side of 1, "slower" if on
+        the worse side, otherwise (or with a nan bound) "not distinguishable".
+    """
+    if any(v is None or not math.isfinite(v) for v in (ratio, lo, hi)):
+        return "not distinguishable"
+    if lo > 1.0:
+        return "faster" if higher_is_better else "slower"
+    if hi < 1.0:
+        return "slower" if higher_is_better else "faster"
+    return "not distinguishable"
+
+
+def format_speedup(ratio: float | None, lo: float | None, hi: float | None, verdict_: str | None) -> str | None:
+    """``"1.17x [1.16, 1.18] faster"`` (the interval only when both bounds exist); None
+    when there is no ratio. Shared by the report, ``reports/summary.md`` and ``lab summary``."""
+    if ratio is None:
+        return None
+    ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
+    return f"{ratio:.2f}x{ci} {verdict_ or ''}".rstrip()

@@ -1,0 +1,1 @@
+"""The serving engine: build the SGLang (or emulator) command and run the process (server), pick a free port (ports), check the node before launch (preflight), follow startup (startup), read back the configuration the engine really ran (effective), capture the environment (envcapture), sample the GPU (telemetry, gpumem)."""

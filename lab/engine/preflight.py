@@ -1,0 +1,411 @@
+"""Preflight: checks that fail in seconds instead of after a 10-minute model load.
+
+Run before every launch by :func:`lab.pipeline.bench.run_mode` and from the command line as
+``lab doctor``. With ``engine: sglang`` every check runs; with the emulator only the cheap
+ones (port, disk, dataset, emulator profile), since it needs no GPU, SGLang or weights.
+
+Checks (one :class:`Check` row each):
+
+- ``gpus``: GPU count, names and free memory through nvidia-ml-py, against
+  ``tp_size / nnodes`` GPUs per node (SGLang places ``tp_size`` ranks over ``nnodes`` nodes).
+- ``sglang``: importable by *the Python that will run the server*, and its version.
+- ``argv[<mode>]``: the mode's full argv parsed by SGLang's own
+  ``sglang.srt.server_args.prepare_server_args(argv: list[str]) -> ServerArgs`` (SGLang
+  0.5.23 ``srt/server_args.py``) in a subprocess of that Python, with a timeout, then
+  resolved with ``resolve_once()`` / ``resolved_dict()`` (parsing alone leaves e.g. a draft
+  token count of 5 where SGLang runs 3); the resolved values that decide the comparison are
+  shown, or, where resolution cannot run, the raw input marked as such (``warn``).
+- ``driver``: NVIDIA driver R580 or newer (SGLang 0.5.23 pins torch 2.14.1 on CUDA 13).
+- ``model`` / ``draft[<path>]``: a local directory, or a snapshot in the Hugging Face cache
+  (``huggingface_hub.scan_cache_dir`` when importable, else the cache layout
+  ``<HF_HUB_CACHE>/models--<org>--<name>/snapshots/<rev>/``).
+- ``port``, ``disk`` (free space where results and logs go), ``dataset``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from lab.config import LabParams, repo_root
+
+__all__ = ["Check", "PreflightError", "PreflightReport", "run_preflight", "gpu_check",
+           "sglang_check", "argv_check", "weights_check", "hf_cache_dir", "format_table",
+           "MIN_FREE_DISK_GB", "ARGV_CHECK_TIMEOUT_S", "driver_check", "MIN_DRIVER_MAJOR"]
+
+#: Below this free space (GiB) where results go, logs and artifacts may not fit.
+MIN_FREE_DISK_GB = 2.0
+#: SGLang's parser imports torch and friends: a cold import can take tens of seconds.
+ARGV_CHECK_TIMEOUT_S = 180.0
+
+OK, FAIL, WARN, SKIP = "ok", "FAIL", "warn", "skip"
+
+# Resolved ServerArgs fields shown after a successful parse (SGLang field names).
+_RESOLVED = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+             "speculative_num_draft_tokens", "speculative_attention_mode", "attention_backend",
+             "prefill_attention_backend", "decode_attention_backend", "max_running_requests",
+             "cuda_graph_max_bs_decode", "tp_size", "nnodes")
+
+# Run by the server's Python: parse argv (JSON on stdin) with SGLang's real parser, then
+# resolve it the way the launcher does. ``prepare_server_args`` only parses; the values
+# SGLang runs with come from ``resolve_once()`` then ``resolved_dict()`` (SGLang 0.5.23
+# ``srt/server_args.py`` ~244-330); ``getattr`` on the record keeps returning the raw input.
+_ARGV_SNIPPET = r"""
+import json, sys, traceback
+argv = json.loads(sys.stdin.read())
+keys = %r
+def err(exc):
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+try:
+    from sglang.srt.server_args import prepare_server_args
+    args = prepare_server_args(argv)
+except BaseException as exc:
+    out = {"ok": False, "error": err(exc)}
+else:
+    try:
+        args.resolve_once()
+        d = args.resolved_dict()
+        vals = {k: d.get(k) for k in keys}
+        dec = ((d.get("cuda_graph_config") or {}).get("decode") or {})
+        vals.update({"cuda_graph_config.decode.backend": dec.get("backend"),
+                     "cuda_graph_config.decode.bs": dec.get("bs")})
+        out = {"ok": True, "resolved": True, "values": vals}
+    except BaseException as exc:
+        out = {"ok": True, "resolved": False, "resolve_error": err(exc),
+               "values": {k: getattr(args, k, None) for k in keys}}
+print("LAB_PREFLIGHT_RESULT " + json.dumps(out, default=str), flush=True)
+""" % (_RESOLVED,)
+
+_VERSION_SNIPPET = r"""
+import json
+try:
+    import sglang
+    v = getattr(sglang, "__version__", None)
+    if v is None:
+        import importlib.metadata as md
+        v = md.version("sglang")
+    print("LAB_PREFLIGHT_RESULT " + json.dumps({"ok": True, "version": str(v), "file": sglang.__file__}))
+except BaseException as exc:
+    print("LAB_PREFLIGHT_RESULT " + json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}))
+"""
+
+
+class PreflightError(RuntimeError):
+    """A preflight check failed; the message is the table with each failure's fix."""
+
+
+@dataclass
+class Check:
+    """One row of the preflight table.
+
+    :ivar name: what was checked (``gpus``, ``argv[eagle3_decode]``...).
+    :ivar status: ``ok``, ``FAIL``, ``warn`` or ``skip``.
+    :ivar detail: what was found.
+    :ivar fix: what to do about a failure ('' when nothing).
+    """
+
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class PreflightReport:
+    """All checks of one preflight run, for one engine."""
+
+    engine: str
+    checks: list[Check]
+
+    @property
+    def ok(self) -> bool:
+        """True when no check failed (warnings and skips pass)."""
+        return all(c.status != FAIL for c in self.checks)
+
+    def verdict(self) -> str:
+        """One sentence: ready, or how many checks failed."""
+        failed = [c.name for c in self.checks if c.status == FAIL]
+        if not failed:
+            return f"READY: engine {self.engine} can launch ({len(self.checks)} checks passed or skipped)."
+        return f"NOT READY: engine {self.engine}: {len(failed)} check(s) failed: {', '.join(failed)}."
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form for ``result.json``."""
+        return {"engine": self.engine, "ok": self.ok, "verdict": self.verdict(),
+                "checks": [asdict(c) for c in self.checks]}
+
+    def raise_if_failed(self) -> None:
+        """:raises PreflightError: with the table and verdict, when a check failed."""
+        if not self.ok:
+            raise PreflightError("preflight failed before launching the engine:\n" + format_table(self))
+
+
+def format_table(report: PreflightReport, width: int = 70) -> str:
+    """The report as a fixed-width text table plus the verdict line."""
+    name_w = max([len("check")] + [len(c.name) for c in report.checks])
+    lines = [f"{'check'.ljust(name_w)}  status  detail", f"{'-' * name_w}  ------  {'-' * 40}"]
+    for c in report.checks:
+        detail = c.detail if len(c.detail) <= 400 else c.detail[:400] + "..."
+        lines.append(f"{c.name.ljust(name_w)}  {c.status.ljust(6)}  {detail}")
+        if c.fix and c.status in (FAIL, WARN):
+            lines.append(f"{' ' * name_w}          fix: {c.fix}")
+    lines.append(report.verdict())
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- GPUs
+
+
+#: SGLang 0.5.23 pins torch 2.14.1 built for CUDA 13, which needs NVIDIA driver R580 or newer
+#: (CUDA 13.0 release notes: minimum driver 580.xx on Linux).
+MIN_DRIVER_MAJOR = 580
+
+
+def driver_check(version: str | None) -> Check:
+    """The NVIDIA driver branch against :data:`MIN_DRIVER_MAJOR`.
+
+    :param version: ``nvmlSystemGetDriverVersion()`` text such as ``"580.65.06"``; None when
+        NVML is unavailable (then ``skip``).
+    """
+    if version is None:
+        return Check("driver", SKIP, "no NVML: driver version unknown")
+    try:
+        major = int(str(version).split(".")[0])
+    except ValueError:
+        return Check("driver", WARN, f"unparseable driver version {version!r}")
+    if major < MIN_DRIVER_MAJOR:
+        return Check("driver", FAIL, f"NVIDIA driver {version} (R{major}); SGLang 0.5.23 runs torch 2.14.1 on "
+                     f"CUDA 13, which needs R{MIN_DRIVER_MAJOR} or newer",
+                     f"upgrade the node's NVIDIA driver to R{MIN_DRIVER_MAJOR}+ (docs/gpu-node.md)")
+    return Check("driver", OK, f"NVIDIA driver {version} (>= R{MIN_DRIVER_MAJOR}, CUDA 13)")
+
+
+def nvml_driver_version() -> str | None:
+    """The driver version from NVML, or None when NVML cannot be used."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        v = pynvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else str(v)
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def gpu_check(tp_size: int, nnodes: int = 1) -> Check:
+    """GPU count, names and free memory (nvidia-ml-py) against ``tp_size / nnodes`` per node."""
+    need = max(1, -(-tp_size // nnodes))
+    try:
+        import pynvml
+    except ImportError:
+        return Check("gpus", FAIL, "nvidia-ml-py is not installed", "install the lab's dependencies (uv sync)")
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, _DriverNotLoaded...
+        return Check("gpus", FAIL, f"no NVIDIA GPU visible on this machine (NVML: {exc}); "
+                     f"engine sglang needs {need} GPU(s) per node for tp_size={tp_size}",
+                     "run on a GPU node with the NVIDIA driver loaded, or set engine: emulator")
+    try:
+        n = pynvml.nvmlDeviceGetCount()
+        rows = []
+        for i in range(n):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            name = name.decode() if isinstance(name, bytes) else name
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            rows.append(f"{i}: {name}, {mem.free / 2**30:.0f}/{mem.total / 2**30:.0f} GiB free")
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    detail = f"{n} GPU(s), need {need} for tp_size={tp_size}" + (f" over {nnodes} nodes" if nnodes > 1 else "")
+    detail += ("; " + "; ".join(rows)) if rows else ""
+    if n < need:
+        return Check("gpus", FAIL, detail, f"lower model.tp_size to at most {n}, or use a node with {need} GPUs")
+    return Check("gpus", OK, detail)
+
+
+# --------------------------------------------------------------------------- SGLang
+
+
+def _run_snippet(python: str, snippet: str, stdin: str, timeout_s: float) -> dict[str, Any]:
+    """Run ``snippet`` with ``python -c`` and return its ``LAB_PREFLIGHT_RESULT`` JSON."""
+    try:
+        proc = subprocess.run([python, "-c", snippet], input=stdin, capture_output=True, text=True,
+                              timeout=timeout_s, cwd=str(repo_root()))
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"timed out after {timeout_s:g} s"}
+    except OSError as exc:
+        return {"ok": False, "error": f"cannot run {python}: {exc}"}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("LAB_PREFLIGHT_RESULT "):
+            return json.loads(line.split(" ", 1)[1])
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+    return {"ok": False, "error": f"exit code {proc.returncode}: " + " | ".join(tail)}
+
+
+def sglang_check(python: str = sys.executable, timeout_s: float = ARGV_CHECK_TIMEOUT_S) -> Check:
+    """SGLang importable by ``python``, and its version (``sglang.__version__``)."""
+    res = _run_snippet(python, _VERSION_SNIPPET, "", timeout_s)
+    if not res["ok"]:
+        return Check("sglang", FAIL, f"`import sglang` fails in {python}: {res['error']}",
+                     ".cache/uv/bin/uv sync --frozen --extra sglang (SGLang 0.5.23), or pip install '.[sglang]' into that Python")
+    return Check("sglang", OK, f"{res['version']} ({Path(res['file']).parent})")
+
+
+def argv_check(mode: str, flags: list[str], python: str = sys.executable,
+               timeout_s: float = ARGV_CHECK_TIMEOUT_S) -> Check:
+    """Parse ``flags`` (the launch argv after ``-m sglang.launch_server``) with SGLang's
+    ``prepare_server_args`` in a subprocess of ``python``; a rejection or timeout fails."""
+    res = _run_snippet(python, _ARGV_SNIPPET, json.dumps(flags), timeout_s)
+    name = f"argv[{mode}]"
+    if not res["ok"]:
+        return Check(name, FAIL, f"SGLang's parser rejected the launch flags: {res['error']}",
+                     f"fix modes.{mode} / server.extra_args in params.yaml (flags as in SGLang 0.5.23)")
+    shown = ", ".join(f"{k}={v}" for k, v in (res.get("values") or {}).items() if v is not None)
+    if not res.get("resolved"):
+        return Check(name, WARN, f"accepted by prepare_server_args, but SGLang's resolution failed here "
+                     f"({res.get('resolve_error')}); RAW INPUT, not what SGLang will run: {shown}",
+                     "run lab doctor on the GPU node with the model in the HF cache to see resolved values")
+    return Check(name, OK, f"accepted by prepare_server_args; resolved by resolve_once(): {shown}")
+
+
+# --------------------------------------------------------------------------- weights
+
+
+def hf_cache_dir() -> Path:
+    """The Hugging Face hub cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]) / "hub"
+    return Path.home() / ".cache" / "huggingface" / "hub"
+
+
+def _in_hf_cache(repo_id: str, cache: Path) -> str | None:
+    """Where ``repo_id`` has a snapshot in the cache, or None."""
+    try:
+        from huggingface_hub import scan_cache_dir
+    except ImportError:
+        scan_cache_dir = None
+    if scan_cache_dir is not None:
+        try:
+            for repo in scan_cache_dir(cache).repos:
+                if repo.repo_id == repo_id and repo.repo_type == "model" and repo.revisions:
+                    return str(repo.repo_path)
+            return None
+        except Exception:  # CacheNotFound and friends: fall back to the layout check
+            pass
+    snaps = cache / f"models--{repo_id.replace('/', '--')}" / "snapshots"
+    if snaps.is_dir() and any(any(s.iterdir()) for s in snaps.iterdir() if s.is_dir()):
+        return str(snaps.parent)
+    return None
+
+
+def weights_check(label: str, path: str) -> Check:
+    """A model path: a local directory with a config.json, or a Hugging Face repo in the cache."""
+    name = f"{label}[{path}]"
+    p = Path(path).expanduser()
+    if p.is_dir():
+        if (p / "config.json").is_file():
+            return Check(name, OK, f"local directory {p}")
+        return Check(name, FAIL, f"local directory {p} has no config.json", "point the path at the model's folder")
+    if path.startswith(("/", ".", "~")) or path.count("/") != 1:
+        return Check(name, FAIL, f"{p} does not exist", "fix the path in params.yaml (model.path / draft_path)")
+    cache = hf_cache_dir()
+    found = _in_hf_cache(path, cache)
+    if found:
+        return Check(name, OK, f"Hugging Face cache {found}")
+    return Check(name, FAIL, f"not a local directory and not in the Hugging Face cache {cache}",
+                 f".cache/uv/bin/uv run hf download {path}   (huggingface_hub comes with the sglang extra; gated repos need "
+                 "HF_TOKEN; without a download SGLang would fetch it at launch)")
+
+
+# --------------------------------------------------------------------------- the whole run
+
+
+def _cheap_checks(params: LabParams, results_dir: Path) -> list[Check]:
+    from lab.workload.dataset import DatasetError, load_prompts
+    from lab.engine.server import ServerError, check_port_free
+
+    checks = []
+    s = params.server
+    try:
+        check_port_free(s.host, s.port)
+        checks.append(Check("port", OK, f"{s.host}:{s.port} is free"))
+    except ServerError as exc:
+        checks.append(Check("port", FAIL, str(exc).split(". Fix:")[0], "stop that process or set server.port"))
+    probe = results_dir
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free_gb = shutil.disk_usage(probe).free / 2**30
+    checks.append(Check("disk", OK if free_gb >= MIN_FREE_DISK_GB else FAIL,
+                        f"{free_gb:.1f} GiB free at {probe} (need {MIN_FREE_DISK_GB:g})",
+                        "free disk space where results/ lives"))
+    try:
+        n = len(load_prompts(repo_root() / params.bench.dataset))
+        checks.append(Check("dataset", OK, f"{params.bench.dataset}: {n} prompts"))
+    except DatasetError as exc:
+        checks.append(Check("dataset", FAIL, str(exc).split(". Fix:")[0], "see bench.dataset in params.yaml"))
+    return checks
+
+
+def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: str = sys.executable,
+                  results_dir: str | os.PathLike[str] | None = None,
+                  timeout_s: float = ARGV_CHECK_TIMEOUT_S, check_argv: bool = True) -> PreflightReport:
+    """Run every check that applies to ``params.engine`` for ``modes`` (default: all modes).
+
+    :param python: the interpreter that will run the server (its SGLang is checked).
+    :param results_dir: where results and logs go (free disk is checked there).
+    :param check_argv: parse each mode's argv with SGLang's parser (it imports torch: tens
+        of seconds cold). ``lab.pipeline.stage`` passes False for its seconds-long check before the
+        notebook starts; the notebook's own preflight then parses the argv.
+    :returns: the :class:`PreflightReport` (call ``raise_if_failed`` to stop on failure).
+    """
+    from lab.engine.server import build_server_command
+
+    modes = list(modes or params.modes)
+    out = Path(results_dir) if results_dir is not None else repo_root() / "results"
+    checks: list[Check] = []
+    if params.engine == "emulator":
+        checks.append(Check("gpus", SKIP, "engine emulator: no GPU, SGLang or weights needed"))
+        from lab.emulator.profile import ProfileError, load_profile
+        try:
+            prof, path = load_profile(params.emulator.profile)
+            checks.append(Check("emulator", OK, f"profile {prof.name} v{prof.version} ({path}); its timing models "
+                                f"SGLang build {prof.models_build.label!r}"))
+        except ProfileError as exc:
+            checks.append(Check("emulator", FAIL, str(exc), "set emulator.profile to a bundled name or a file"))
+        return PreflightReport("emulator", checks + _cheap_checks(params, out))
+    m = params.model
+    checks.append(gpu_check(m.tp_size, getattr(params.server, "nnodes", 1)))
+    checks.append(driver_check(nvml_driver_version()))
+    sg = sglang_check(python, timeout_s)
+    checks.append(sg)
+    for mode in modes:
+        if sg.status == OK and not check_argv:
+            checks.append(Check(f"argv[{mode}]", SKIP, "parsed by SGLang's parser in the stage's notebook, next"))
+        elif sg.status == OK:
+            checks.append(argv_check(mode, build_server_command(params, mode, python=python).flags, python, timeout_s))
+        else:
+            checks.append(Check(f"argv[{mode}]", SKIP, "SGLang not importable by this Python: launch flags not "
+                                "checked and values NOT resolved (resolution runs SGLang's own code)"))
+    checks.append(weights_check("model", m.path))
+    drafts = sorted({params.mode(n).draft_path or m.draft_path for n in modes if params.mode(n).is_speculative})
+    for d in drafts:
+        checks.append(weights_check("draft", str(d)))
+    return PreflightReport("sglang", checks + _cheap_checks(params, out))

@@ -1,0 +1,1 @@
+"""Measuring one engine: the streaming client (client), parsers for per-request records, server logs and Prometheus scrapes (metrics), client/server cross-checks (crosscheck), warm-up and run hygiene (hygiene), and the answer-accuracy check (accuracy)."""

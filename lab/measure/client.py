@@ -1,0 +1,318 @@
+"""Closed-loop streaming benchmark client for SGLang's native ``POST /generate``.
+
+The client only *records*: for every request it keeps ``time.perf_counter()`` timestamps
+and the number of new tokens each streamed chunk delivered, and writes one record per
+request in the format of ``docs/contracts.md`` ("Client request record")::
+
+    {"rid", "mode", "concurrency", "repeat", "prompt_index",
+     "t_dispatch", "t_send", "t_end",          # perf_counter seconds (None: not sent)
+     "chunks": [[t_s, n_tokens], ...],          # content chunks only
+     "completion_tokens", "prompt_tokens", "meta_info", "ok", "error", "output_text"}
+
+All metric arithmetic lives in :mod:`lab.measure.metrics`.
+
+Wire format (SGLang 0.5.23, ``sglang/srt/entrypoints/http_server.py``
+``serve_generate_request``): a ``text/event-stream`` of ``data: {json}\\n\\n`` lines,
+ending with ``data: [DONE]``; an error inside the stream arrives as
+``data: {"error": {"message": ...}}``. Every chunk carries ``meta_info`` with the running
+``completion_tokens`` (``tokenizer_manager.py`` ``_handle_batch_output``); when the client
+lags, SGLang coalesces several iterations into one chunk, so the tokens of a chunk are the
+*delta* of ``completion_tokens`` between consecutive chunks, and a chunk that adds 0 tokens
+is not a content chunk. ``text`` is cumulative by default and a delta with
+``--incremental-streaming-output``; both are handled.
+
+Concurrency is closed-loop: ``concurrency`` worker tasks share one request queue, so at most
+``concurrency`` requests are in flight and a new one is issued as soon as one finishes.
+``t_dispatch`` is when the request became due (its worker's slot freed: the run start or
+the previous request's ``t_end``), ``t_send`` is taken just before the POST, so
+``t_send - t_dispatch`` exposes client-side dispatch delay (a busy event loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import time
+import urllib.request
+from typing import Any, Callable, Sequence
+
+import aiohttp
+from tqdm import tqdm  # plain text bar: renders in papermill-executed notebooks without ipywidgets
+
+try:  # orjson parses SGLang's growing cumulative chunks ~5x faster; json is the fallback
+    from orjson import loads as _json_loads
+except ImportError:  # pragma: no cover
+    _json_loads = json.loads
+
+__all__ = [
+    "NOT_SENT_PREFIX",
+    "run_requests",
+    "run_requests_sync",
+    "fetch_text",
+    "fetch_json",
+]
+
+#: ``error`` text prefix of records that were never sent (the server went away first).
+NOT_SENT_PREFIX = "not sent"
+
+_ERROR_BODY_CHARS = 500
+
+
+def _new_record(rid: str, prompt_index: int, mode: str, concurrency: int, repeat: int) -> dict[str, Any]:
+    return {
+        "rid": rid,
+        "mode": mode,
+        "concurrency": concurrency,
+        "repeat": repeat,
+        "prompt_index": prompt_index,
+        "t_dispatch": None,
+        "t_send": None,
+        "t_end": None,
+        "chunks": [],
+        "completion_tokens": None,
+        "prompt_tokens": None,
+        "meta_info": {},
+        "ok": False,
+        "error": None,
+        "output_text": "",
+    }
+
+
+class _ConnectionRefused(Exception):
+    """The server could not be reached at all (it died or never started)."""
+
+
+async def _one_request(
+    session: aiohttp.ClientSession,
+    url: str,
+    payload: dict[str, Any],
+    rec: dict[str, Any],
+) -> None:
+    """Send one streaming request and fill ``rec`` in place (never raises, except
+    :class:`_ConnectionRefused` after recording the error)."""
+    chunks = rec["chunks"]
+    perf = time.perf_counter
+    loads = _json_loads
+    prev_tokens = 0
+    text = ""
+    meta: dict[str, Any] = {}
+    done = False
+    error: str | None = None
+    refused = False
+    rec["t_send"] = perf()
+    try:
+        async with session.post(url, json=payload) as resp:
+            if resp.status != 200:
+                body = (await resp.text(errors="replace"))[:_ERROR_BODY_CHARS]
+                error = f"HTTP {resp.status}: {body.strip()}"
+            else:
+                async for line in resp.content:
+                    t = perf()
+                    if not line.startswith(b"data:"):
+                        continue  # blank separator lines, SSE comments
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        done = True
+                        break
+                    try:
+                        obj = loads(data)
+                        m = obj.get("meta_info")
+                        if m is None:
+                            err = obj.get("error")
+                            if err is not None:
+                                msg = err.get("message", err) if isinstance(err, dict) else err
+                                error = f"server error in stream: {msg}"
+                                break
+                            raise ValueError("chunk has neither meta_info nor error")
+                        ct = m["completion_tokens"]
+                        n = ct - prev_tokens
+                    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                        error = f"malformed chunk ({type(exc).__name__}: {exc}): {data[:200]!r}"
+                        break
+                    meta = m
+                    if n > 0:
+                        chunks.append([t, n])
+                        prev_tokens = ct
+                    delta_text = obj.get("text")
+                    if delta_text:
+                        # cumulative text (SGLang default) or delta (incremental streaming)
+                        if delta_text.startswith(text):
+                            text = delta_text
+                        else:
+                            text += delta_text
+                if error is None and not done:
+                    fr = meta.get("finish_reason")
+                    if fr is None:
+                        error = "stream ended before [DONE] and without finish_reason"
+    except aiohttp.ClientConnectorError as exc:
+        error = f"connection failed: {exc}"
+        refused = True
+    except asyncio.TimeoutError:
+        error = f"timeout after {perf() - rec['t_send']:.1f} s"
+    except aiohttp.ClientError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    except OSError as exc:  # connection reset surfacing as a bare OSError
+        error = f"{type(exc).__name__}: {exc}"
+    rec["t_end"] = perf()
+    fr = meta.get("finish_reason")
+    if error is None and isinstance(fr, dict) and fr.get("type") == "abort":
+        error = f"request aborted by server: {fr.get('message', fr)}"
+    rec["meta_info"] = meta
+    rec["completion_tokens"] = meta.get("completion_tokens")
+    rec["prompt_tokens"] = meta.get("prompt_tokens")
+    rec["output_text"] = text
+    rec["error"] = error
+    rec["ok"] = error is None
+    if refused:
+        raise _ConnectionRefused(error)
+
+
+async def run_requests(
+    base_url: str,
+    texts: list[tuple[int, str]],
+    *,
+    concurrency: int,
+    max_new_tokens: int | Sequence[int],
+    temperature: float,
+    timeout_s: float,
+    rid_prefix: str,
+    progress_desc: str | None = None,
+    mode: str = "",
+    repeat: int = 0,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Send ``texts`` to ``{base_url}/generate`` with at most ``concurrency`` in flight.
+
+    Each request body is ``{"text", "sampling_params": {"max_new_tokens", "temperature",
+    "ignore_eos": true}, "stream": true, "rid": f"{rid_prefix}-{i}"}`` (``rid`` must be
+    unique among in-flight requests on the server: SGLang rejects duplicates).
+
+    :param base_url: server root, e.g. ``http://127.0.0.1:30000``.
+    :param texts: ``(prompt_index, templated_text)`` pairs (see :func:`lab.workload.dataset.workload`).
+    :param concurrency: closed-loop concurrency C >= 1.
+    :param max_new_tokens: output length per request (``ignore_eos`` forces it): one int
+        for all, or one per entry of ``texts``.
+    :param temperature: sampling temperature (0 = greedy).
+    :param timeout_s: total time limit per request, seconds.
+    :param rid_prefix: request-id prefix, e.g. ``"eagle3_decode-c8-r1"``.
+    :param progress_desc: tqdm label; None disables the progress bar.
+    :param mode, repeat: copied into each record.
+    :param on_record: called (on the client's event loop) with each record as soon as it is
+        final, so a caller can persist it at once: a run interrupted mid-way, even by
+        SIGKILL, keeps every request that had finished.
+    :returns: one record per input, in input order (docs/contracts.md). Errors are never
+        dropped: ``ok=False`` with ``error`` text (HTTP status, timeout, connection reset,
+        malformed chunk, server error). If the server refuses connections (it died), the
+        run stops promptly: requests not yet sent get ``ok=False``, ``t_send=None`` and an
+        ``error`` starting with :data:`NOT_SENT_PREFIX`.
+    :raises ValueError: ``concurrency < 1``, or a length list whose size is not ``len(texts)``.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency={concurrency}: must be >= 1")
+    lengths = [max_new_tokens] * len(texts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    if len(lengths) != len(texts):
+        raise ValueError(f"max_new_tokens: {len(lengths)} lengths for {len(texts)} requests. Fix: one per request")
+    url = base_url.rstrip("/") + "/generate"
+    records = [
+        _new_record(f"{rid_prefix}-{i}", pi, mode, concurrency, repeat) for i, (pi, _) in enumerate(texts)
+    ]
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(len(texts)):
+        queue.put_nowait(i)
+    stop_reason: list[str] = []
+    bar = tqdm(
+        total=len(texts), desc=progress_desc, unit="req", disable=progress_desc is None, leave=True, mininterval=0.5
+    )
+    tokens_total = 0
+
+    connector = aiohttp.TCPConnector(limit=concurrency + 8, limit_per_host=0, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, read_bufsize=1 << 22, auto_decompress=False
+    ) as session:
+
+        async def worker() -> None:
+            nonlocal tokens_total
+            t_due = time.perf_counter()
+            while not stop_reason:
+                try:
+                    i = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                rec = records[i]
+                rec["t_dispatch"] = t_due
+                payload = {
+                    "text": texts[i][1],
+                    "sampling_params": {
+                        "max_new_tokens": lengths[i],
+                        "temperature": temperature,
+                        "ignore_eos": True,
+                    },
+                    "stream": True,
+                    "rid": rec["rid"],
+                }
+                try:
+                    await _one_request(session, url, payload, rec)
+                except _ConnectionRefused as exc:
+                    if not stop_reason:
+                        stop_reason.append(str(exc))
+                t_due = rec["t_end"]
+                if on_record is not None:
+                    on_record(rec)
+                tokens_total += rec["completion_tokens"] or 0
+                bar.update(1)
+                bar.set_postfix(tok=tokens_total, refresh=False)
+
+        try:
+            await asyncio.gather(*(worker() for _ in range(min(concurrency, max(len(texts), 1)))))
+        finally:
+            bar.close()
+
+    if stop_reason:
+        for rec in records:
+            if rec["t_send"] is None:
+                rec["error"] = f"{NOT_SENT_PREFIX}: server unreachable ({stop_reason[0]})"
+                rec["ok"] = False
+                if on_record is not None:
+                    on_record(rec)
+    return records
+
+
+def run_requests_sync(base_url: str, texts: list[tuple[int, str]], **kwargs: Any) -> list[dict[str, Any]]:
+    """Blocking wrapper of :func:`run_requests` (same arguments and result).
+
+    Works both in plain scripts and inside a running event loop (a Jupyter/papermill
+    kernel): there it runs the client's own loop in a worker thread.
+    """
+    coro_fn = lambda: run_requests(base_url, texts, **kwargs)  # noqa: E731
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro_fn())
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
+        return pool.submit(lambda: asyncio.run(coro_fn())).result()
+    finally:
+        # On KeyboardInterrupt/SystemExit (a signal to the kernel) do not wait for the
+        # benchmark to drain: the caller stops the engine, which ends the thread's requests.
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def fetch_text(url: str, timeout_s: float = 10.0) -> str:
+    """GET ``url`` and return the body as text (e.g. ``/metrics``).
+
+    :raises urllib.error.URLError: unreachable server; ``urllib.error.HTTPError`` on a
+        non-2xx status (its message includes the status).
+    """
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (lab-local URLs)
+        return resp.read().decode("utf-8", errors="replace")
+
+
+def fetch_json(url: str, timeout_s: float = 10.0) -> Any:
+    """GET ``url`` and parse JSON (e.g. ``/server_info``).
+
+    :raises urllib.error.URLError: as :func:`fetch_text`; ``json.JSONDecodeError`` if the
+        body is not JSON.
+    """
+    return json.loads(fetch_text(url, timeout_s))

@@ -1,0 +1,235 @@
+"""The ``lab`` command: small verbs around the pipeline.
+
+- ``lab log results/<mode>``: log a mode's results to MLflow again (after the tracking
+  server was down during the run; the results on disk are the source of truth).
+- ``lab stage ...``: same as ``python -m lab.pipeline.stage`` (what dvc.yaml runs).
+- ``lab command --mode M [--node-rank N]``: print a mode's launch line (e.g. to start
+  the other nodes of a multi-node server by hand).
+- ``lab doctor [--engine sglang] [--mode M]``: preflight table and verdict
+  (:mod:`lab.engine.preflight`); exit code 0 when ready, 1 when a check failed.
+- ``lab summary [--reports DIR]``: the last comparison as a Markdown table (means, 95 %
+  intervals, speedups and verdicts), read from ``reports/summary.csv``.
+- ``lab ui [--port 5000]``: ``mlflow ui`` for the lab's store on 127.0.0.1, printing the URL
+  that opens the experiment on its runs table (:mod:`lab.tracking.mlflow_view`).
+- ``lab sweep [--clear] [--repro | --exp [-S k=v ...] [--queue]]``: expand params.yaml's
+  ``sweep`` section into generated modes (:mod:`lab.pipeline.sweep`, docs/sweeps.md), then
+  optionally run ``dvc repro`` or ``dvc exp run`` in one command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["main", "relog", "doctor", "print_command", "print_summary", "ui"]
+
+
+def relog(results_dir: Path, params_file: str | None = None) -> str:
+    """Create an MLflow run from ``results_dir/result.json`` and its artifacts; returns the run id.
+
+    :raises FileNotFoundError: no result.json there (run the stage first).
+    :raises lab.tracking.runs.TrackingError: MLflow still unreachable.
+    """
+    from lab.pipeline.bench import _finish_tracking
+    from lab.config import load_params
+    from lab.tracking.runs import flatten_params, open_run, run_tags
+
+    result_path = results_dir / "result.json"
+    if not result_path.is_file():
+        raise FileNotFoundError(f"{result_path} not found. Fix: run `dvc repro bench@{results_dir.name}` first")
+    result = json.loads(result_path.read_text())
+    params = load_params(params_file)
+    mode = result["mode"]
+    run = open_run(params, run_name=f"{mode} | {result['engine']} | relogged",
+                   tags={**run_tags(params, mode=mode, engine_version=result.get("engine_version")),
+                         "relogged_from": str(results_dir)})
+    run.log_params(flatten_params({"effective": result.get("effective_config") or {}}))
+    _finish_tracking(run, results_dir, result, "FINISHED" if result["status"] == "ok" else "FAILED", print)
+    run.log_artifact(results_dir / "bench.ipynb")
+    return run.run_id
+
+
+def print_command(params_file: str | None, mode: str, node_rank: int | None, engine: str | None = None) -> int:
+    """Print the launch line of ``mode`` (with ``node_rank`` and ``engine`` overridden when
+    given, e.g. ``--engine sglang`` on a laptop whose params.yaml says emulator); 0, or 2 on
+    bad params."""
+    from lab.config import ParamsError, load_params
+    from lab.engine.server import build_server_command
+
+    try:
+        overrides = {"engine": engine} if engine else {}
+        params = load_params(params_file, overrides=overrides or None)
+        if node_rank is not None:
+            params = load_params(params_file, overrides={
+                **overrides, "server": {**params.server.model_dump(), "node_rank": node_rank}})
+        print(build_server_command(params, mode, python="python").display())
+    except ParamsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def doctor(params_file: str | None, engine: str | None, modes: list[str] | None, python: str | None) -> int:
+    """Print the preflight table for ``engine`` (default: params.yaml's); 0 if ready else 1."""
+    from lab.config import ParamsError, load_params
+    from lab.engine.preflight import format_table, run_preflight
+
+    try:
+        params = load_params(params_file, overrides={"engine": engine} if engine else None)
+        for m in modes or []:
+            params.mode(m)
+    except ParamsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    report = run_preflight(params, modes, python=python or sys.executable)
+    print(format_table(report))
+    return 0 if report.ok else 1
+def print_summary(reports_dir: Path) -> int:
+    """Print ``reports_dir``'s comparison: the answer (:mod:`lab.report.answer`: speedups with
+    intervals and verdicts, accept length, verify ms, each warning once naming its modes,
+    where report.html is), then the full table; 0, or 2 when the compare stage has not
+    written it yet (the message says to run ``dvc repro``). Imports nothing heavy."""
+    from lab.report.answer import answer_text
+    from lab.analysis.compare import read_summary_rows, summary_markdown
+
+    try:
+        rows = read_summary_rows(reports_dir / "summary.csv")
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    comp_path = reports_dir / "comparison.json"
+    comp = json.loads(comp_path.read_text()) if comp_path.is_file() else {}
+    print(answer_text(comp, reports_dir / "report.html") + "\n")
+    print(summary_markdown(rows, comp.get("baseline")))
+    return 0
+
+
+def ui(params_file: str | None, port: int) -> int:
+    """``lab ui``: MLflow's UI for the lab's tracking store on 127.0.0.1, opening on the runs table.
+
+    Prints the experiment's runs-table URL (:func:`lab.tracking.mlflow_view.runs_table_url`: MLflow
+    3.17 otherwise opens on its GenAI overview), then runs ``mlflow ui`` in the foreground
+    (Ctrl-C stops it); returns its exit code, or 2 on bad params / a remote tracking server.
+    """
+    import os
+    import subprocess
+
+    from lab.config import ParamsError, load_params
+    from lab.tracking.mlflow_view import runs_table_url
+
+    try:
+        params = load_params(params_file)
+    except ParamsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    uri = params.mlflow.resolved_tracking_uri()
+    if uri.startswith(("http://", "https://")):
+        print(f"The tracking store is a server already: open {uri}/#/experiments?workflowType=machine_learning")
+        return 2
+    from mlflow.tracking import MlflowClient
+
+    exp = MlflowClient(tracking_uri=uri).get_experiment_by_name(params.mlflow.experiment)
+    base = f"http://127.0.0.1:{port}"
+    url = runs_table_url(base, exp.experiment_id) if exp else f"{base}/#/experiments?workflowType=machine_learning"
+    print(f"[lab] MLflow UI for {uri}\n[lab] open: {url}", flush=True)
+    mlflow = str(Path(sys.executable).with_name("mlflow"))
+    cmd = [mlflow if os.path.exists(mlflow) else "mlflow", "ui", "--backend-store-uri", uri,
+           "--host", "127.0.0.1", "--port", str(port)]
+    try:
+        return subprocess.run(cmd).returncode
+    except KeyboardInterrupt:
+        return 0
+
+
+def sweep_cmd(args: argparse.Namespace) -> int:
+    """``lab sweep``: write the generated modes, print them and the drop notes, optionally run DVC."""
+    import shutil
+    import subprocess
+
+    from lab.config import ParamsError, repo_root
+    from lab.pipeline.sweep import write_modes
+
+    path = Path(args.params) if args.params else repo_root() / "params.yaml"
+    try:
+        modes, notes = write_modes(path, clear=args.clear)
+    except ParamsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for n in notes:
+        print(f"[lab] sweep: {n}")
+    print(f"[lab] sweep: {'removed the generated modes' if args.clear else f'{len(modes)} modes written'} "
+          f"in {path}: {', '.join(modes)}")
+    if not (args.repro or args.exp):
+        return 0
+    dvc = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))
+    cmd = [dvc, "repro"] if args.repro else [dvc, "exp", "run", *(["--queue"] if args.queue else []),
+                                             *[x for kv in args.set_param for x in ("-S", kv)]]
+    print(f"[lab] running: {' '.join(cmd)}", flush=True)
+    return subprocess.run(cmd, cwd=path.parent).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``lab`` console script."""
+    ap = argparse.ArgumentParser(prog="lab", description="eagle-verify-lab command line")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p_log = sub.add_parser("log", help="log results/<mode> to MLflow again")
+    p_log.add_argument("results_dir", type=Path)
+    p_log.add_argument("--params", default=None)
+    p_stage = sub.add_parser("stage", help="run a pipeline stage (as dvc.yaml does)")
+    p_stage.add_argument("rest", nargs=argparse.REMAINDER)
+    p_doc = sub.add_parser("doctor", help="preflight checks: GPUs, SGLang, launch flags, weights, port, disk")
+    p_doc.add_argument("--engine", choices=["emulator", "sglang"], default=None,
+                       help="check this engine instead of params.yaml's")
+    p_doc.add_argument("--mode", action="append", default=None, help="check only this mode (repeatable)")
+    p_doc.add_argument("--python", default=None, help="the Python that will run the server (default: this one)")
+    p_doc.add_argument("--params", default=None)
+    p_cmd = sub.add_parser("command", help="print a mode's engine launch line (secrets redacted)")
+    p_cmd.add_argument("--mode", required=True)
+    p_cmd.add_argument("--node-rank", type=int, default=None, help="override server.node_rank")
+    p_cmd.add_argument("--engine", choices=["emulator", "sglang"], default=None,
+                       help="override params.yaml's engine (sglang: the real SGLang launch line)")
+    p_cmd.add_argument("--params", default=None)
+    p_sum = sub.add_parser("summary", help="print the last comparison as a table (reports/summary.csv)")
+    p_sum.add_argument("--reports", type=Path, default=None, help="reports directory (default <repo>/reports)")
+    p_ui = sub.add_parser("ui", help="MLflow UI on 127.0.0.1, opening the experiment's runs table")
+    p_ui.add_argument("--port", type=int, default=5000)
+    p_ui.add_argument("--params", default=None)
+    p_sw = sub.add_parser("sweep", help="expand the sweep section into modes (docs/sweeps.md)")
+    p_sw.add_argument("--params", default=None, help="params file (default <repo>/params.yaml)")
+    p_sw.add_argument("--clear", action="store_true", help="remove the generated modes")
+    p_sw.add_argument("--repro", action="store_true", help="then run `dvc repro`")
+    p_sw.add_argument("--exp", action="store_true", help="then run `dvc exp run` (with -S / --queue)")
+    p_sw.add_argument("-S", "--set-param", action="append", default=[], help="passed to dvc exp run -S")
+    p_sw.add_argument("--queue", action="store_true", help="with --exp: queue instead of running")
+    args = ap.parse_args(argv)
+    if args.cmd == "command":
+        return print_command(args.params, args.mode, args.node_rank, args.engine)
+    if args.cmd == "doctor":
+        return doctor(args.params, args.engine, args.mode, args.python)
+    if args.cmd == "sweep":
+        return sweep_cmd(args)
+    if args.cmd == "ui":
+        return ui(args.params, args.port)
+    if args.cmd == "summary":
+        from lab.config import repo_root
+
+        return print_summary(args.reports or repo_root() / "reports")
+    if args.cmd == "stage":
+        from lab.pipeline.stage import main as stage_main
+
+        return stage_main(args.rest)
+    from lab.tracking.runs import TrackingError
+
+    try:
+        run_id = relog(args.results_dir, args.params)
+    except (FileNotFoundError, TrackingError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"[lab] logged {args.results_dir} as MLflow run {run_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

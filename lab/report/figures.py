@@ -1,0 +1,144 @@
+"""Seaborn comparison figures. Every figure carries a caption naming the engine.
+
+Error bars are 95 % Student-t intervals over repeats (:func:`lab.analysis.stats.mean_ci`); speedups
+carry Welch log-ratio intervals (:func:`lab.analysis.stats.ratio_ci`). When two modes resolved to the
+same effective configuration, the caption says so.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from lab.analysis import stats  # noqa: E402
+from lab.atomic import savefig_atomic  # noqa: E402
+
+__all__ = ["draw_all", "decode_tok_s_figure", "latency_figure", "accept_length_figure", "speedup_figure"]
+
+
+def t_interval(values) -> tuple[float, float]:
+    """Seaborn ``errorbar`` callable: the 95 % t-interval (mean itself when n < 2)."""
+    mean, lo, hi = stats.mean_ci(list(values))
+    return (mean, mean) if lo != lo else (lo, hi)  # nan check
+
+
+def caption(fig, summary: dict[str, Any]) -> None:
+    """Engine caption (and the identical-configuration notice) under the axes."""
+    paras = [summary.get("caption", "")] + ([summary["notice"]] if summary.get("notice") else [])
+    lines = [line for p in paras for line in textwrap.wrap(p, 125)]
+    bottom = 0.02 + 0.032 * len(lines)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, va="bottom", ha="left", color="dimgray")
+
+
+def _order(summary: dict[str, Any]) -> list[str]:
+    return list(summary["modes"])
+
+
+def _ci_bars(ax, data: pd.DataFrame, y: str, hue: str, summary: dict[str, Any], **kwargs: Any) -> None:
+    """Bars of ``y`` per mode (in params order) and ``hue``, 95 % t-interval whiskers, values inside."""
+    sns.barplot(data=data, x="mode", y=y, hue=hue, errorbar=t_interval, capsize=0.1, ax=ax,
+                order=_order(summary), **kwargs)
+    for c in ax.containers:
+        ax.bar_label(c, fmt="%.1f", fontsize=7, label_type="center", color="white")
+
+
+def decode_tok_s_figure(runs: pd.DataFrame, summary: dict[str, Any]):
+    """Per-request decode tok/s (median per run) by mode, one bar group per concurrency level."""
+    fig, ax = plt.subplots(figsize=(8.5, 5.2))
+    _ci_bars(ax, runs, "decode_tok_s", "concurrency", summary, palette="viridis")
+    ax.set_ylabel("decode tok/s per request (mean of repeats, 95 % CI)")
+    ax.set_title("Decode throughput by mode")
+    caption(fig, summary)
+    return fig
+
+
+def latency_figure(runs: pd.DataFrame, summary: dict[str, Any]):
+    """Server-side verify, draft and decode step time, and client cycle time, at the lowest level."""
+    lowest = runs["concurrency"].min()
+    cols = [c for c in ("verify_ms", "draft_ms", "decode_ms", "cycle_ms") if c in runs]
+    long = runs[runs["concurrency"] == lowest].melt(id_vars=["mode", "repeat"], value_vars=cols,
+                                                    var_name="metric", value_name="ms").dropna()
+    fig, ax = plt.subplots(figsize=(8.5, 5.2))
+    _ci_bars(ax, long, "ms", "metric", summary)
+    ax.set_ylabel(f"ms per decode iteration at concurrency {lowest} (95 % CI)")
+    ax.set_title("Where a decode iteration's time goes (verify + draft = speculative cycle)")
+    caption(fig, summary)
+    return fig
+
+
+def accept_length_figure(requests: pd.DataFrame, summary: dict[str, Any]):
+    """Distribution of per-request accept length (completion tokens / verify calls) per speculative mode."""
+    fig, ax = plt.subplots(figsize=(8.5, 5.2))
+    data = requests.dropna(subset=["accept_length"]) if len(requests) else requests
+    if len(data):
+        # dodged bars: modes with the same acceptance model would hide each other as steps
+        sns.histplot(data=data, x="accept_length", hue="mode", multiple="dodge", shrink=0.85, stat="count",
+                     common_norm=False, bins=20, ax=ax)
+        ax.set_xlabel("accept length per request (tokens per verify, incl. bonus token)")
+    else:
+        ax.text(0.5, 0.5, "no speculative mode in this comparison", ha="center", transform=ax.transAxes)
+    ax.set_title("Accept length distribution")
+    caption(fig, summary)
+    return fig
+
+
+def speedup_figure(summary: dict[str, Any]):
+    """Speedup of decode tok/s over the baseline per mode and level, with Welch log-ratio 95 % CI."""
+    rows = []
+    for mode, levels in summary["modes"].items():
+        for entry in levels.values():
+            s = entry.get("speedup_decode_tok_s")
+            if s:
+                rows.append({"mode": mode, "concurrency": entry["concurrency"], **s})
+    fig, ax = plt.subplots(figsize=(8.5, 5.2))
+    if rows:
+        df = pd.DataFrame(rows)
+        modes = list(dict.fromkeys(df["mode"]))
+        levels = sorted(df["concurrency"].unique())
+        width = 0.8 / len(levels)
+        for j, level in enumerate(levels):
+            sub = df[df["concurrency"] == level].set_index("mode").reindex(modes)
+            xs = [i - 0.4 + width * (j + 0.5) for i in range(len(modes))]
+            err = [(sub["ratio"] - sub["ci95_lo"]).fillna(0), (sub["ci95_hi"] - sub["ratio"]).fillna(0)]
+            ax.bar(xs, sub["ratio"], width=width, yerr=err, capsize=3, label=f"concurrency {level}",
+                   color=sns.color_palette("viridis", len(levels))[j])
+            for x, r, hi, v in zip(xs, sub["ratio"], sub["ci95_hi"].fillna(sub["ratio"]), sub["verdict"]):
+                ax.text(x, hi + 0.02, f"{r:.2f}x\n{v}", ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(modes)), modes)
+        ax.axhline(1.0, color="black", lw=1, ls="--")
+        top = float(df["ci95_hi"].fillna(df["ratio"]).max())
+        ax.set_ylim(0, max(top, 1.0) * 1.15)  # room for the value labels above the error bars
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no baseline mode to compare against", ha="center", transform=ax.transAxes)
+    ax.set_ylabel(f"decode tok/s speedup over {summary.get('baseline')} (95 % CI)")
+    ax.set_title("Speedup over plain decoding (1.0 = break-even)")
+    caption(fig, summary)
+    return fig
+
+
+def draw_all(runs: pd.DataFrame, requests: pd.DataFrame, summary: dict[str, Any], out_dir: Path) -> dict[str, str]:
+    """Draw the four comparison figures to ``out_dir``; returns ``name -> png path``."""
+    sns.set_theme(style="whitegrid", context="notebook")
+    figs = {
+        "decode_tok_s": decode_tok_s_figure(runs, summary),
+        "latency_ms": latency_figure(runs, summary),
+        "accept_length": accept_length_figure(requests, summary),
+        "speedup": speedup_figure(summary),
+    }
+    paths = {}
+    for name, fig in figs.items():
+        path = out_dir / f"{name}.png"
+        savefig_atomic(fig, path, dpi=110)
+        plt.close(fig)
+        paths[name] = str(path)
+    return paths

@@ -1,0 +1,1 @@
+"""MLflow tracking: runs, tags, params and artifacts (runs), one parent run per pipeline run (grouping), the physics stage's run (physics_log), what each mode logs as params (params_log), how a run reads in the MLflow UI (mlflow_view) and the SGLang version tag (versions)."""

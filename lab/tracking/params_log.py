@@ -1,0 +1,58 @@
+"""What a mode's MLflow run logs as params: every leaf of ``params.yaml`` that shapes it.
+
+A mode run logs ``engine``, ``mode_name``, ``model.*``, ``server.*``, its own mode slice as
+``mode.*`` (the same column name in every mode run, so MLflow's compare view lines modes up),
+``bench.*``, ``emulator.*`` (emulator runs), ``sweep.*`` and ``mlflow.*``; ``physics.*`` is
+logged by the physics stage's own run (:func:`lab.tracking.physics_log.log_physics`). Values are the
+validated ones (``null``, ``true``/``false``, lists as text), flattened by
+:func:`lab.tracking.runs.flatten_params`, which redacts credentials only (:mod:`lab.redact`):
+``mode.num_draft_tokens`` or ``bench.max_new_tokens`` show their numbers. A tracking URI's
+password (``postgresql://user:pw@host/db``) is replaced by ``***``.
+
+``tests/test_params_logged.py`` walks the default ``params.yaml`` and checks that every leaf
+appears in MLflow with its value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from lab.redact import REDACTED
+
+__all__ = ["mode_run_params", "redact_url"]
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password of its user-info part replaced by ``***`` (other URLs as is)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:{REDACTED}@{host}"))
+
+
+def mode_run_params(params, mode_name: str) -> dict[str, str]:
+    """The flat ``{name: value}`` params of mode ``mode_name``'s MLflow run.
+
+    :param params: :class:`lab.config.LabParams`.
+    :raises lab.config.ParamsError: ``mode_name`` is not in ``params.modes``.
+    """
+    from lab.tracking.runs import flatten_params
+
+    def dump(x: Any) -> Any:
+        return x.model_dump() if hasattr(x, "model_dump") else x
+
+    mlflow: dict[str, Any] = dict(dump(params.mlflow))
+    mlflow["tracking_uri"] = redact_url(str(mlflow.get("tracking_uri")))
+    return flatten_params({
+        "engine": params.engine, "mode_name": mode_name, "model": params.model.model_dump(),
+        "server": params.server.model_dump(), "mode": params.mode(mode_name).model_dump(),
+        "bench": params.bench.model_dump(),
+        **({"emulator": params.emulator.model_dump()} if params.engine == "emulator" else {}),
+        "sweep": dump(params.sweep), "mlflow": mlflow})

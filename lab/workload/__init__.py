@@ -1,0 +1,1 @@
+"""What is sent: the prompt dataset and output lengths (dataset), prompts padded to a context length (context)."""
