@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 from lab.config import load_params
-from lab.grouping import pipeline_key
-from lab.tracking import git_commit
+from lab.tracking.grouping import pipeline_key
+from lab.tracking.runs import git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 
