@@ -50,6 +50,9 @@ STATE_KEY = web.AppKey("emulator_state", object)
 
 @dataclasses.dataclass
 class AppState:
+    """What every handler shares: the parsed flags, the cost profile, the engine thread, the
+    Prometheus metrics, the start time (``time.time()``, s) and the injected faults."""
+
     args: ServerArgs
     profile: CostProfile
     profile_path: Path

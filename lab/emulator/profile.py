@@ -56,11 +56,17 @@ class Flag(_Strict):
 
 
 class PrefillCost(_Strict):
+    """Prefill (extend) forward: ``base_ms + per_token_ms x new prompt tokens`` (ms)."""
+
     base_ms: Num
     per_token_ms: Num
 
 
 class DecodeCost(_Strict):
+    """Decode step (ms): ``graph_ms_bs1`` at batch 1 in a CUDA graph, ``per_extra_seq_ms`` per
+    further sequence, ``eager_over_graph`` (ratio) outside graphs, ``kv_ms_per_1k_tokens`` per
+    1,000 KV tokens of the batch. Used by :meth:`CostProfile.decode_s`."""
+
     graph_ms_bs1: Num
     per_extra_seq_ms: Num
     eager_over_graph: Num
@@ -68,11 +74,18 @@ class DecodeCost(_Strict):
 
 
 class VerifyModeCost(_Strict):
+    """One attention mode's verify: whether it runs in a CUDA graph, and its KV cost (ms per
+    1,000 KV tokens)."""
+
     graph_captured: Flag
     kv_ms_per_1k_tokens: Num
 
 
 class VerifyCost(_Strict):
+    """Target-verify forward (ms): ``graph_ms_ref`` / ``eager_ms_ref`` for ``ref_tokens`` tokens
+    per sequence at batch 1, ``per_extra_token_ms`` per further token, ``per_extra_seq_ms`` per
+    further sequence; ``modes`` per ``--speculative-attention-mode``."""
+
     ref_tokens: int = Field(ge=1)
     graph_ms_ref: Num
     eager_ms_ref: Num
@@ -82,6 +95,9 @@ class VerifyCost(_Strict):
 
 
 class DraftCost(_Strict):
+    """EAGLE draft costs (ms): per draft step and its per-sequence slope, and the draft-extend
+    forward and its per-sequence slope."""
+
     eagle_draft_ms_per_step: Num
     eagle_draft_per_extra_seq_ms: Num
     eagle_draft_extend_ms: Num
@@ -89,6 +105,9 @@ class DraftCost(_Strict):
 
 
 class AcceptanceModel(_Strict):
+    """Acceptance: probability (0..1) that each successive draft token is accepted (a chain
+    stops at the first rejection; :mod:`lab.emulator.acceptance`)."""
+
     p_accept_per_draft_token: Num
 
 
