@@ -184,6 +184,22 @@ class ModeParams(_Strict):
         return self.algorithm is not None
 
 
+class SloParams(_Strict):
+    """Service-level objectives for goodput (:mod:`lab.analysis.load`): a request is *good*
+    when its TTFT and its TPOT (DESIGN.md definitions, per request) are both within the
+    limits, as in vLLM's ``--goodput ttft:<ms> tpot:<ms>`` (``vllm/benchmarks/serve.py``
+    ``calculate_metrics``). ``null`` drops that limit; at least one must be set."""
+
+    ttft_ms: float | None = Field(500.0, gt=0)
+    tpot_ms: float | None = Field(20.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_limit(self) -> "SloParams":
+        if self.ttft_ms is None and self.tpot_ms is None:
+            raise ValueError("no limit set. Fix: set ttft_ms and/or tpot_ms (milliseconds), e.g. 500 and 20")
+        return self
+
+
 class BenchParams(_Strict):
     """Client-side workload, swept inside one server launch.
 
@@ -214,6 +230,24 @@ class BenchParams(_Strict):
     profile: bool = False
     profile_requests: int = Field(2, ge=1)
     profile_max_new_tokens: int = Field(16, ge=2)
+    # Open-loop points (lab.workload.arrivals, lab.measure.client ``arrivals=``), measured in the
+    # same launch after the concurrency levels: ``num_prompts`` requests per repeat arriving at
+    # each rate (requests/s) with gamma inter-arrival times of shape ``burstiness`` (1.0 =
+    # Poisson; vLLM's --burstiness), seeded by seed + repeat; at most ``rate_max_concurrency``
+    # in flight (0 = no cap). Goodput is counted under ``slo``.
+    request_rates: list[float] = Field(default_factory=list)
+    burstiness: float = Field(1.0, gt=0, allow_inf_nan=False)
+    rate_max_concurrency: int = Field(0, ge=0)
+    slo: SloParams = Field(default_factory=SloParams)
+
+    @field_validator("request_rates")
+    @classmethod
+    def _rates(cls, v: list[float]) -> list[float]:
+        import math
+
+        if any(not math.isfinite(r) or r <= 0 for r in v) or len({f"{r:g}" for r in v}) != len(v):
+            raise ValueError(f"{v}: need distinct finite rates > 0 (requests/s). Fix: e.g. [4, 12], or [] for none")
+        return v
 
     @field_validator("context_tokens")
     @classmethod

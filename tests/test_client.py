@@ -188,3 +188,95 @@ def test_fetch_json(tmp_path):
     f.write_text('{"a": 1}')
     assert fetch_json(f.as_uri()) == {"a": 1}
     assert fetch_text(f.as_uri()) == '{"a": 1}'
+
+
+# ------------------------------------------------------------------ open loop (arrivals=)
+
+def test_open_loop_follows_the_schedule():
+    arrivals = [0.0, 0.04, 0.05, 0.2]
+    texts = [(i, script([1, 1], [0.01, 0.01])) for i in range(4)]
+    recs = run(texts, concurrency=0, arrivals=arrivals, rid_prefix="eagle3-r4-r0")
+    assert all(r["ok"] for r in recs)
+    t0 = recs[0]["t_scheduled"]
+    # the recorded schedule is exactly the requested one; each request left at or after its time
+    assert [r["t_scheduled"] - t0 for r in recs] == pytest.approx(arrivals, abs=1e-9)
+    assert all(r["t_send"] >= r["t_scheduled"] for r in recs)
+    assert all(r["t_dispatch"] == r["t_scheduled"] for r in recs)  # no cap: due when scheduled
+    assert [r["rid"] for r in sorted(recs, key=lambda r: r["t_send"])] == [f"eagle3-r4-r0-{i}" for i in range(4)]
+
+
+def test_open_loop_sends_regardless_of_completions():
+    """The server answers no request until all N have arrived: only a client that sends on
+    its schedule, not on completions, finishes (a closed loop at concurrency 1 would wait)."""
+    n = 5
+    arrived: list[str] = []
+    all_in = asyncio.Event()
+
+    async def generate(request):
+        body = await request.json()
+        arrived.append(body["rid"])
+        if len(arrived) == n:
+            all_in.set()
+        await asyncio.wait_for(all_in.wait(), timeout=20)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        meta = {"completion_tokens": 2, "prompt_tokens": 3, "finish_reason": {"type": "length", "length": 2}}
+        await resp.write(b"data: " + json.dumps({"text": "a b", "meta_info": meta}).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    async def main():
+        app = web.Application()
+        app.router.add_post("/generate", generate)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = _free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            return await run_requests(f"http://127.0.0.1:{port}", [(i, "x") for i in range(n)], concurrency=0,
+                                      max_new_tokens=2, temperature=0.0, timeout_s=30.0, rid_prefix="o",
+                                      arrivals=[0.01 * i for i in range(n)])
+        finally:
+            await runner.cleanup()
+
+    recs = asyncio.run(main())
+    assert all(r["ok"] for r in recs) and len(arrived) == n
+    last_send = max(r["t_send"] for r in recs)
+    assert all(r["t_end"] > last_send for r in recs)  # every request was in flight at once
+
+
+def test_open_loop_cap_hands_slots_over():
+    texts = [(i, script([1, 1, 1], [0.02, 0.02, 0.02])) for i in range(5)]
+    recs = run(texts, concurrency=2, arrivals=[0.0] * 5)
+    assert all(r["ok"] for r in recs)
+    events = sorted([(r["t_send"], 1) for r in recs] + [(r["t_end"], -1) for r in recs])
+    inflight = peak = 0
+    for _, d in events:
+        inflight += d
+        peak = max(peak, inflight)
+    assert peak == 2
+    ends = {r["t_end"] for r in recs}
+    later = sorted(recs, key=lambda r: r["t_send"])[2:]
+    # due when a slot freed (the freeing request's t_end), after the schedule: the cap's wait is
+    # not the client's own delay, so t_send - t_dispatch stays the client's own share
+    assert all(r["t_dispatch"] in ends and r["t_dispatch"] >= r["t_scheduled"] for r in later)
+    assert all(r["t_send"] >= r["t_dispatch"] for r in recs)
+
+
+def test_open_loop_bad_arrivals():
+    for bad in ([0.0], [0.1, 0.0], [-1.0, 0.0]):
+        with pytest.raises(ValueError, match="arrivals"):
+            run([(0, script([1])), (1, script([1]))], concurrency=0, arrivals=bad)
+    with pytest.raises(ValueError, match="concurrency"):
+        run([(0, script([1]))], concurrency=-1, arrivals=[0.0])
+
+
+def test_open_loop_connection_refused_stops_the_schedule():
+    url = f"http://127.0.0.1:{_free_port()}"
+    t0 = time.perf_counter()
+    recs = asyncio.run(run_requests(url, [(i, "x") for i in range(20)], concurrency=0, max_new_tokens=4,
+                                    temperature=0.0, timeout_s=60.0, rid_prefix="r", progress_desc=None,
+                                    arrivals=[2.0 * i for i in range(20)]))  # a 38 s schedule
+    assert time.perf_counter() - t0 < 30  # stopped at the first refusal, not at the end of the schedule
+    assert not any(r["ok"] for r in recs)
+    assert sum(r["error"].startswith(NOT_SENT_PREFIX) for r in recs) >= 19

@@ -184,6 +184,7 @@ def _lean(summary: dict[str, Any]) -> dict[str, float]:
                 p = e["paired_speedup_decode_tok_s"]
                 flat.update({f"{mode}.{lvl}.paired_speedup_decode_tok_s{sfx}": p[k] for sfx, k in
                              (("", "ratio"), ("_ci95_lo", "ci95_lo"), ("_ci95_hi", "ci95_hi")) if p.get(k) is not None})
+    flat.update(summary.get("load_flat") or {})  # lab.analysis.load: goodput per point, beats_up_to_req_s
     return flat
 
 
@@ -239,6 +240,10 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     summary["profile"] = profile_section(results, rep_dir / "figures", baseline=baseline, caption=summary["caption"])
     if summary["profile"] and summary["profile"]["figure"]:
         summary["figures"]["verify_time_breakdown"] = summary["profile"]["figure"]
+    from lab.analysis.load import add_load  # goodput under bench.slo, Pareto figures, "beats up to N req/s"
+
+    summary["load_flat"] = add_load(summary, runs, results, baseline, rep_dir, summary["caption"])
+    summary["figures"].update((summary["load"] or {}).get("figures") or {})
     _write_csv(summary["rows"], rep_dir / "summary.csv")
     from lab.atomic import write_text_atomic
 

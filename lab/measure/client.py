@@ -26,6 +26,16 @@ Concurrency is closed-loop: ``concurrency`` worker tasks share one request queue
 ``t_dispatch`` is when the request became due (its worker's slot freed: the run start or
 the previous request's ``t_end``), ``t_send`` is taken just before the POST, so
 ``t_send - t_dispatch`` exposes client-side dispatch delay (a busy event loop).
+
+Open loop (``arrivals=``, a request-rate point; :mod:`lab.workload.arrivals`): request ``i``
+is due at ``t_scheduled = t0 + arrivals[i]`` whether or not earlier requests have finished
+(vLLM ``vllm/benchmarks/serve.py`` ``benchmark``/``get_request``: one task per request,
+an optional ``max_concurrency`` semaphore). Its record also holds ``t_scheduled``;
+``t_dispatch`` is when it could first be sent: ``t_scheduled``, or, when a concurrency cap
+is given and every slot was busy, the ``t_end`` of the request whose slot it took. So
+``t_send - t_dispatch`` is again the client's own delay (flagged by
+:mod:`lab.measure.hygiene`, never hidden), and ``t_send - t_scheduled`` the whole lag behind
+the schedule (the cap's queueing included).
 """
 
 from __future__ import annotations
@@ -181,8 +191,10 @@ async def run_requests(
     mode: str = "",
     repeat: int = 0,
     on_record: Callable[[dict[str, Any]], None] | None = None,
+    arrivals: Sequence[float] | None = None,
 ) -> list[dict[str, Any]]:
-    """Send ``texts`` to ``{base_url}/generate`` with at most ``concurrency`` in flight.
+    """Send ``texts`` to ``{base_url}/generate`` with at most ``concurrency`` in flight
+    (closed loop), or on the schedule ``arrivals`` (open loop; module docstring).
 
     Each request body is ``{"text", "sampling_params": {"max_new_tokens", "temperature",
     "ignore_eos": true}, "stream": true, "rid": f"{rid_prefix}-{i}"}`` (``rid`` must be
@@ -190,7 +202,8 @@ async def run_requests(
 
     :param base_url: server root, e.g. ``http://127.0.0.1:30000``.
     :param texts: ``(prompt_index, templated_text)`` pairs (see :func:`lab.workload.dataset.workload`).
-    :param concurrency: closed-loop concurrency C >= 1.
+    :param concurrency: closed-loop concurrency C >= 1; with ``arrivals``, the cap on
+        requests in flight (0 = no cap, pure open loop).
     :param max_new_tokens: output length per request (``ignore_eos`` forces it): one int
         for all, or one per entry of ``texts``.
     :param temperature: sampling temperature (0 = greedy).
@@ -201,18 +214,33 @@ async def run_requests(
     :param on_record: called (on the client's event loop) with each record as soon as it is
         final, so a caller can persist it at once: a run interrupted mid-way, even by
         SIGKILL, keeps every request that had finished.
+    :param arrivals: open loop: one offset per entry of ``texts``, seconds from the run's
+        start ``t0`` (non-decreasing, >= 0; :func:`lab.workload.arrivals.arrival_times`).
+        Request ``i`` is sent at ``t0 + arrivals[i]`` (not before; later only when the cap is
+        reached or the client lags) and its record gets ``t_scheduled``.
     :returns: one record per input, in input order (docs/contracts.md). Errors are never
         dropped: ``ok=False`` with ``error`` text (HTTP status, timeout, connection reset,
         malformed chunk, server error). If the server refuses connections (it died), the
         run stops promptly: requests not yet sent get ``ok=False``, ``t_send=None`` and an
         ``error`` starting with :data:`NOT_SENT_PREFIX`.
-    :raises ValueError: ``concurrency < 1``, or a length list whose size is not ``len(texts)``.
+    :raises ValueError: ``concurrency < 1`` (``< 0`` with ``arrivals``), a length list whose
+        size is not ``len(texts)``, or ``arrivals`` of the wrong size, negative or decreasing.
     """
-    if concurrency < 1:
-        raise ValueError(f"concurrency={concurrency}: must be >= 1")
+    if concurrency < (0 if arrivals is not None else 1):
+        raise ValueError(f"concurrency={concurrency}: must be >= 1 (>= 0 with arrivals: 0 = no cap)")
     lengths = [max_new_tokens] * len(texts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if len(lengths) != len(texts):
         raise ValueError(f"max_new_tokens: {len(lengths)} lengths for {len(texts)} requests. Fix: one per request")
+    if arrivals is not None:
+        arrivals = [float(a) for a in arrivals]
+        if len(arrivals) != len(texts) or any(a < 0 for a in arrivals) or any(
+                b < a for a, b in zip(arrivals, arrivals[1:])):
+            raise ValueError(f"arrivals: need {len(texts)} non-decreasing offsets >= 0 s, got {len(arrivals)}. "
+                             "Fix: use lab.workload.arrivals.arrival_times(len(texts), rate, burstiness, seed)")
+        return await _run_open_loop(url=base_url.rstrip("/") + "/generate", texts=texts, lengths=lengths,
+                                    arrivals=arrivals, cap=concurrency, temperature=temperature,
+                                    timeout_s=timeout_s, rid_prefix=rid_prefix, progress_desc=progress_desc,
+                                    mode=mode, repeat=repeat, on_record=on_record)
     url = base_url.rstrip("/") + "/generate"
     records = [
         _new_record(f"{rid_prefix}-{i}", pi, mode, concurrency, repeat) for i, (pi, _) in enumerate(texts)
@@ -276,6 +304,83 @@ async def run_requests(
                 rec["ok"] = False
                 if on_record is not None:
                     on_record(rec)
+    return records
+
+
+def _payload(text: str, max_new_tokens: int, temperature: float, rid: str) -> dict[str, Any]:
+    """The ``/generate`` body of one streamed request (:func:`run_requests`)."""
+    return {"text": text, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature,
+                                              "ignore_eos": True}, "stream": True, "rid": rid}
+
+
+async def _sleep_until(t: float) -> None:
+    """Sleep until ``time.perf_counter() >= t`` (the event loop may wake a timer a clock
+    resolution early, so it re-checks)."""
+    while (left := t - time.perf_counter()) > 0:
+        await asyncio.sleep(left)
+
+
+async def _run_open_loop(*, url: str, texts: list[tuple[int, str]], lengths: list[int], arrivals: list[float],
+                         cap: int, temperature: float, timeout_s: float, rid_prefix: str,
+                         progress_desc: str | None, mode: str, repeat: int,
+                         on_record: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
+    """The open-loop branch of :func:`run_requests` (its arguments, validated; ``cap`` 0 = no
+    cap): one task per request sleeps until ``t0 + arrivals[i]``, takes a slot when capped
+    (slots are handed over FIFO with the freeing request's ``t_end``), and streams it."""
+    records = [_new_record(f"{rid_prefix}-{i}", pi, mode, cap, repeat) for i, (pi, _) in enumerate(texts)]
+    stop_reason: list[str] = []
+    bar = tqdm(total=len(texts), desc=progress_desc, unit="req", disable=progress_desc is None, leave=True,
+               mininterval=0.5)
+    slots: asyncio.Queue[float] | None = asyncio.Queue() if cap else None
+    connector = aiohttp.TCPConnector(limit=(cap + 8) if cap else 0, limit_per_host=0, force_close=False)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s),
+                                     read_bufsize=1 << 22, auto_decompress=False) as session:
+        t0 = time.perf_counter()
+        if slots is not None:
+            for _ in range(cap):
+                slots.put_nowait(t0)
+        tasks: list[asyncio.Task] = []
+
+        async def one(i: int) -> None:
+            rec = records[i]
+            rec["t_scheduled"] = t_sched = t0 + arrivals[i]
+            await _sleep_until(t_sched)
+            t_free = t_sched
+            if slots is not None:
+                t_free = max(t_sched, await slots.get())
+            if stop_reason:
+                return
+            rec["t_dispatch"] = t_free
+            try:
+                await _one_request(session, url, _payload(texts[i][1], lengths[i], temperature, rec["rid"]), rec)
+            except _ConnectionRefused as exc:
+                if not stop_reason:
+                    stop_reason.append(str(exc))
+                    for t in tasks:  # the server is gone: do not wait out the rest of the schedule
+                        if t is not asyncio.current_task():
+                            t.cancel()
+            finally:
+                if slots is not None:
+                    slots.put_nowait(rec["t_end"] if rec["t_end"] is not None else time.perf_counter())
+            if on_record is not None:
+                on_record(rec)
+            bar.update(1)
+
+        tasks.extend(asyncio.ensure_future(one(i)) for i in range(len(texts)))
+        try:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            bar.close()
+    for rec in records:
+        if rec["t_send"] is None:
+            rec["error"] = f"{NOT_SENT_PREFIX}: server unreachable ({stop_reason[0] if stop_reason else 'stopped'})"
+            rec["ok"] = False
+            if on_record is not None:
+                on_record(rec)
+        elif rec["t_end"] is None:  # cancelled mid-stream after the server went away
+            rec["t_end"], rec["error"], rec["ok"] = time.perf_counter(), f"cancelled: {stop_reason[:1]}", False
+            if on_record is not None:
+                on_record(rec)
     return records
 
 

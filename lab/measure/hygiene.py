@@ -245,15 +245,17 @@ def hygiene_warnings(per_run: Sequence[Mapping[str, Any]], warmup: Mapping[str, 
                    "prefill (speculative/eagle_worker_v2.py ~1182-1213); eager draft steps (booked 'decode') are "
                    "counted in draft_ms")
     slow: dict[Any, tuple[float, Any]] = {}
-    for r in per_run:  # client dispatch delay: the worst repeat per level
+    for r in per_run:  # client dispatch delay: the worst repeat per level (an open-loop rate point by its key)
         d = (r.get("hygiene") or {}).get("p99_dispatch_delay_ms")
-        if d is not None and d > DISPATCH_DELAY_WARN_MS and d > slow.get(r.get("concurrency"), (-1.0, None))[0]:
-            slow[r.get("concurrency")] = (d, r.get("repeat"))
-    for c, (d, rep) in sorted(slow.items(), key=lambda kv: str(kv[0])):
-        out.append(f"c={c}: client dispatch delay p99 {d:.1f} ms (repeat {rep}) > {DISPATCH_DELAY_WARN_MS:g} ms: "
+        lvl = f"c={r.get('concurrency')}" if r.get("request_rate") is None else r.get("point")
+        if d is not None and d > DISPATCH_DELAY_WARN_MS and d > slow.get(lvl, (-1.0, None))[0]:
+            slow[lvl] = (d, r.get("repeat"))
+    for lvl, (d, rep) in sorted(slow.items(), key=lambda kv: str(kv[0])):
+        c = lvl[2:] if lvl.startswith("c=") else lvl
+        out.append(f"{lvl}: client dispatch delay p99 {d:.1f} ms (repeat {rep}) > {DISPATCH_DELAY_WARN_MS:g} ms: "
                    "requests waited in the client before being sent, so the server saw less load than "
                    "configured and latencies include client queueing. Fix: run the benchmark on an idle "
-                   f"machine or core{', or lower concurrency' if c != 1 else ''} "
+                   f"machine or core{'' if c == '1' else (', or lower concurrency' if lvl.startswith('c=') else ', or a lower rate')} "
                    "(p50/p99_dispatch_delay_ms are in the results)")
     for r in per_run:
         h = r.get("hygiene") or {}

@@ -33,10 +33,12 @@ from lab import atomic
 from lab.measure import client
 from lab.measure import hygiene
 from lab.measure import metrics as M
+from lab.analysis import load
 from lab.analysis import sentinel
 from lab.analysis import stats
 from lab.config import LabParams, repo_root
 from lab.workload.context import pad_prompt
+from lab.workload.arrivals import arrival_times, rate_key
 from lab.workload.dataset import load_prompts, output_lengths, workload
 from lab.measure.crosscheck import LogWindow, add_cross_checks, window_server_timing
 from lab.engine.effective import effective_config
@@ -58,6 +60,7 @@ HEADLINE_METRICS: tuple[str, ...] = (
     "p50_tpot_ms", "p99_itl_ms", "server_step_ms", "error_rate", "p50_dispatch_delay_ms",
     "gpu_cycle_ms", "log_verify_graph_fraction", "crosscheck_disagreements",
     "p99_dispatch_delay_ms",
+    *load.LOAD_METRICS,  # goodput under bench.slo, per-user tok/s, schedule lag (lab/analysis/load.py)
 )
 
 #: MLflow prefix of the per-level step metrics (``by_concurrency.decode_tok_s`` at step =
@@ -323,10 +326,15 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                     batch=b.warmup_requests, cv_threshold=b.warmup_cv_threshold, window=b.warmup_window,
                     max_requests=max(b.warmup_max_requests, b.warmup_requests), log=log)
                 _check_alive(srv, f"{mode_name} warm-up", out)
-            points = [(c, ctx, n) for c in levels for ctx in b.context_tokens for n in b.output_levels]
+            points = [(c, ctx, n, None) for c in levels for ctx in b.context_tokens for n in b.output_levels]
+            # Open-loop rate points (r<R>) after the levels, at the primary context/output length;
+            # c is their in-flight cap (0 = none). lab/workload/arrivals.py, lab/analysis/load.py.
+            points += [(b.rate_max_concurrency, b.context_tokens[0], b.output_levels[0], r) for r in b.request_rates]
+            result["load"] = {"slo": b.slo.model_dump(), "burstiness": b.burstiness,
+                              "rate_max_concurrency": b.rate_max_concurrency, "request_rates": list(b.request_rates)}
             with open(out / "requests.jsonl", "a") as req_file:
-                for c, ctx, out_len in points:
-                    point = _point_key(b, c, ctx, out_len)
+                for c, ctx, out_len, rate in points:
+                    point = _point_key(b, c, ctx, out_len) if rate is None else rate_key(rate)
                     for rep in range(b.repeats):
                         texts = [(i, pad_prompt(t, ctx)) for i, t in workload(prompts, b.num_prompts, b.seed + rep)]
                         lengths = output_lengths(len(texts), out_len, b.output_tokens_spread, b.seed + rep)
@@ -340,8 +348,10 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                                 rid_prefix=f"{mode_name}-{point}-r{rep}",
                                 progress_desc=f"{mode_name} {point} repeat {rep + 1}/{b.repeats}",
                                 mode=mode_name, repeat=rep,
+                                arrivals=None if rate is None else arrival_times(len(texts), rate, b.burstiness,
+                                                                                  b.seed + rep),
                                 on_record=_appender(req_file, records_all, concurrency=c, context_tokens=ctx,
-                                                    max_new_tokens=out_len, point=point))
+                                                    max_new_tokens=out_len, point=point, request_rate=rate))
                         _log_telemetry(run, gpu, telemetry_step, log)
                         telemetry_step += len(gpu.step_metrics())
                         _check_alive(srv, f"{mode_name} c={c} repeat {rep}", out, recs)
@@ -360,7 +370,8 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                                 "bench.request_timeout_s if requests timed out")
                         summary = add_cross_checks(M.summarize_run(recs, wall_s=window, server=server))
                         summary.update(concurrency=c, repeat=rep, context_tokens=ctx, max_new_tokens=out_len,
-                                       point=point, gpu_telemetry=gpu.summary())
+                                       point=point, gpu_telemetry=gpu.summary(), request_rate=rate,
+                                       **load.run_load_metrics(recs, window, b.slo))
                         for flag in summary["crosscheck"]["flags"]:
                             log(f"[lab] {mode_name} {point} repeat {rep}: CROSS-CHECK: {flag}")
                         summary["hygiene"] = hygiene.run_hygiene(

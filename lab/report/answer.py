@@ -9,6 +9,9 @@ the compare stage, :mod:`lab.pipeline.stage`), the top of ``reports/report.html`
 - ``modes``: ``{mode: {point: entry}}``; an entry holds ``concurrency``, the means
   ``accept_length`` / ``verify_ms`` (``{"mean": ...}``) and one ``speedup_<metric>`` per
   compared throughput (``{"ratio", "ci95_lo", "ci95_hi", "verdict"}``);
+- ``load``: :func:`lab.analysis.load.add_load`'s section; its ``sentences`` (one per
+  speculative mode: "eagle3_decode beats baseline up to N req/s at this SLO (...)") are
+  stated after the per-concurrency lines (None or absent: no rate points);
 - ``warnings``: ``{mode: [text, ...]}`` (measurement hygiene); ``notice``: a sentence
   when two modes resolved to the same configuration; ``caption``: which engine produced
   the numbers.
@@ -71,11 +74,13 @@ class Answer:
     :ivar warnings: :func:`group_warnings` of the comparison's warnings.
     :ivar notice, caption, report: the identical-configuration notice, the engine caption,
         and where ``report.html`` is (or None).
+    :ivar load: the open-loop sentences, one per speculative mode (empty: no rate points).
     """
 
-    def __init__(self, rows, baseline, warnings, notice, caption, report) -> None:
+    def __init__(self, rows, baseline, warnings, notice, caption, report, load=()) -> None:
         self.rows, self.baseline, self.warnings = rows, baseline, warnings
         self.notice, self.caption, self.report = notice, caption, report
+        self.load = list(load)
 
 
 def build_answer(comparison: dict[str, Any], report_path: str | Path | None = None) -> Answer:
@@ -92,8 +97,13 @@ def build_answer(comparison: dict[str, Any], report_path: str | Path | None = No
             speedups = [(label, t) for k, label in SPEEDUPS if (t := _fmt_speedup(e.get(k)))]
             lines.append((key, speedups, _mean(e, "accept_length"), _mean(e, "verify_ms")))
         rows.append((mode, lines))
+    load = list(((comparison.get("load") or {}).get("sentences") or {}).values())
     return Answer(rows, baseline, group_warnings(comparison.get("warnings")), comparison.get("notice"),
-                  comparison.get("caption"), str(report_path) if report_path else None)
+                  comparison.get("caption"), str(report_path) if report_path else None, load)
+
+
+#: Heading of the open-loop sentences (lab.analysis.load).
+LOAD_HEADING = "Under open-loop load (requests arriving at a rate; goodput = requests/s meeting the SLO):"
 
 
 def _point_text(point: str, speedups: list[tuple[str, str]], acc: float | None, verify: float | None) -> str:
@@ -115,6 +125,9 @@ def answer_text(comparison: dict[str, Any], report_path: str | Path | None = Non
     for mode, points in a.rows:
         lines.append(f"  {mode}:")
         lines += [f"    {_point_text(*p)}" for p in points]
+    if a.load:
+        lines.append(f"  {LOAD_HEADING}")
+        lines += [f"    {t}" for t in a.load]
     if a.caption:
         lines.append(f"  ({a.caption})")
     if a.notice:
@@ -133,6 +146,8 @@ def answer_markdown(comparison: dict[str, Any], report_path: str | Path | None =
     for mode, points in a.rows:
         lines.append(f"- **{mode}**")
         lines += [f"  - {_point_text(*p)}" for p in points]
+    if a.load:
+        lines += ["", f"**{LOAD_HEADING}**", ""] + [f"- {t}" for t in a.load]
     if a.caption:
         lines += ["", f"_{a.caption}_"]
     if a.notice:
@@ -152,6 +167,8 @@ def answer_html(comparison: dict[str, Any], report_path: str | Path | None = Non
     for mode, points in a.rows:
         out.append(f"<li><b>{e(mode)}</b><ul>" + "".join(f"<li>{e(_point_text(*p))}</li>" for p in points) + "</ul></li>")
     out.append("</ul>")
+    if a.load:
+        out.append(f"<p><b>{e(LOAD_HEADING)}</b></p><ul>" + "".join(f"<li>{e(t)}</li>" for t in a.load) + "</ul>")
     if a.notice:
         out.append(f'<p class="notice">{e(a.notice)}</p>')
     if a.warnings:

@@ -128,7 +128,11 @@ def _summary_html(summary: dict[str, Any]) -> str:
                          "speedup, decode tok/s": _speedup(s, mode, summary.get("baseline")),
                          "paired per prompt, decode tok/s": _speedup(e.get("paired_speedup_decode_tok_s"), mode,
                                                                      summary.get("baseline")),
-                         "speedup, output tok/s": _speedup(so, mode, summary.get("baseline"))})
+                         "speedup, output tok/s": _speedup(so, mode, summary.get("baseline")),
+                         # lab.analysis.load: goodput under bench.slo and its speedup over the baseline
+                         "goodput req/s": _fmt(e.get("goodput_req_s"), 2),
+                         "speedup, goodput req/s": _speedup(e.get("speedup_goodput_req_s"), mode,
+                                                            summary.get("baseline"))})
     return pd.DataFrame(rows).to_html(index=False, escape=True, border=0)
 
 

@@ -1,0 +1,153 @@
+"""Open-loop load: seeded arrivals (lab.workload.arrivals), goodput, Pareto frontier and the
+answer's "beats up to N req/s" sentence (lab.analysis.load), bench.slo validation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from lab.analysis.load import beats_sentence, beats_up_to, goodput_speedup, is_good, pareto_front, run_load_metrics
+from lab.config import ParamsError, load_params
+from lab.report.answer import answer_markdown, answer_text
+from lab.workload.arrivals import arrival_times, interarrival_cv, rate_key
+
+
+# ------------------------------------------------------------------ arrivals
+
+def test_arrivals_seeded_same_for_every_mode_and_differ_by_repeat():
+    a = arrival_times(8, 4.0, 1.0, seed=0)
+    assert a == arrival_times(8, 4.0, 1.0, seed=0)  # what every mode's bench stage computes
+    assert a != arrival_times(8, 4.0, 1.0, seed=1)  # next repeat: seed + 1
+    assert a[0] == 0.0 and all(y >= x for x, y in zip(a, a[1:])) and len(a) == 8
+
+
+@pytest.mark.parametrize("burstiness", [0.25, 1.0, 4.0])
+def test_arrivals_mean_rate_and_cv(burstiness):
+    # fixed seed: deterministic; 20 000 intervals put the sample mean within ~1 % and the CV within ~2 %
+    rate = 5.0
+    gaps = np.diff(arrival_times(20_001, rate, burstiness, seed=123))
+    assert gaps.mean() == pytest.approx(1.0 / rate, rel=0.03)
+    cv = gaps.std(ddof=1) / gaps.mean()
+    assert cv == pytest.approx(interarrival_cv(burstiness), rel=0.05)
+    assert interarrival_cv(1.0) == 1.0  # Poisson: exponential intervals
+
+
+def test_arrivals_bad_input():
+    for bad in (dict(n=-1, rate_req_s=1), dict(n=3, rate_req_s=0), dict(n=3, rate_req_s=math.inf),
+                dict(n=3, rate_req_s=1, burstiness=0)):
+        with pytest.raises(ValueError, match="Fix"):
+            arrival_times(**bad)
+    assert arrival_times(0, 2.0) == []
+    assert (rate_key(4), rate_key(4.0), rate_key(0.5)) == ("r4", "r4", "r0.5")
+
+
+def test_params_rates_and_slo_validated(tmp_path):
+    f = tmp_path / "params.yaml"
+    f.write_text("modes: {baseline: {algorithm: null}}\nbench: {request_rates: [2, 8], slo: {ttft_ms: 300, tpot_ms: null}}\n")
+    p = load_params(f)
+    assert p.bench.request_rates == [2.0, 8.0] and p.bench.slo.ttft_ms == 300 and p.bench.slo.tpot_ms is None
+    for bad, key in (("request_rates: [0]", "request_rates"), ("request_rates: [2, 2.0]", "request_rates"),
+                     ("burstiness: 0", "burstiness"), ("slo: {ttft_ms: null, tpot_ms: null}", "slo"),
+                     ("slo: {ttft_ms: -1}", "slo.ttft_ms"), ("slo: {tpot: 5}", "slo.tpot")):
+        f.write_text(f"modes: {{baseline: {{algorithm: null}}}}\nbench: {{{bad}}}\n")
+        with pytest.raises(ParamsError, match=f"bench.{key}"):
+            load_params(f)
+
+
+# ------------------------------------------------------------------ goodput
+
+def _rec(t_send, ttft_s, n, tpot_s, ok=True, t_scheduled=None):
+    """A client record whose TTFT and TPOT are exactly ttft_s and tpot_s (one chunk per token)."""
+    chunks = [[t_send + ttft_s + k * tpot_s, 1] for k in range(n)]
+    return {"ok": ok, "t_send": t_send, "t_dispatch": t_send, "t_scheduled": t_scheduled,
+            "t_end": chunks[-1][0] if ok else t_send + 1, "chunks": chunks if ok else [],
+            "completion_tokens": n if ok else None, "meta_info": {}}
+
+
+def test_goodput_hand_computed():
+    slo = {"ttft_ms": 100.0, "tpot_ms": 20.0}
+    recs = [_rec(0.0, 0.050, 11, 0.010),   # good: 50 ms, 10 ms
+            _rec(0.0, 0.150, 11, 0.010),   # TTFT over
+            _rec(0.0, 0.050, 11, 0.030),   # TPOT over
+            _rec(0.0, 0.100, 21, 0.020),   # exactly at both limits: good (vLLM: s >= r)
+            _rec(0.0, 0.050, 11, 0.010, ok=False)]  # failed: never good
+    m = run_load_metrics(recs, wall_s=2.0, slo=slo)
+    assert m["goodput_req_s"] == pytest.approx(2 / 2.0)
+    assert m["goodput_tok_s"] == pytest.approx((11 + 21) / 2.0)
+    assert m["slo_attainment"] == pytest.approx(2 / 5)
+    assert m["request_throughput_req_s"] == pytest.approx(4 / 2.0)
+    # per user: n / e2e, e2e = ttft + (n - 1) * tpot
+    per_user = [11 / 0.15, 11 / 0.25, 11 / 0.35, 21 / 0.5]
+    assert m["output_tok_s_per_user"] == pytest.approx(sum(per_user) / 4)
+    assert m["p99_schedule_lag_ms"] is None  # closed loop: no schedule
+    assert run_load_metrics(recs, 2.0, {"ttft_ms": None, "tpot_ms": 20.0})["goodput_req_s"] == pytest.approx(3 / 2)
+    lagged = [_rec(1.0, 0.05, 3, 0.01, t_scheduled=0.99), _rec(2.0, 0.05, 3, 0.01, t_scheduled=2.0)]
+    assert run_load_metrics(lagged, 1.0, slo)["p99_schedule_lag_ms"] == pytest.approx(10 * 0.99 + 0 * 0.01, rel=1e-6)
+    assert is_good(10.0, None, slo)  # a 1-token request: TPOT counts as 0 (vLLM)
+    with pytest.raises(ValueError):
+        run_load_metrics(recs, 0.0, slo)
+
+
+def test_goodput_speedup_and_zero_cases():
+    s = goodput_speedup([2.0, 2.1, 1.9], [3.0, 3.1, 2.9])
+    assert s["verdict"] == "faster" and s["ratio"] == pytest.approx(1.5) and s["ci95_lo"] > 1
+    assert goodput_speedup([2.0, 2.1, 1.9], [2.0, 1.9, 2.1])["verdict"] == "not distinguishable"
+    assert goodput_speedup([0, 0, 0], [0, 0, 0]) == {"ratio": None, "ci95_lo": None, "ci95_hi": None,
+                                                     "verdict": "not distinguishable"}
+    assert goodput_speedup([0, 0, 0], [1.0, 1.1, 0.9])["verdict"] == "faster"
+    assert goodput_speedup([1.0, 1.1, 0.9], [0, 0, 0])["verdict"] == "slower"
+    assert goodput_speedup([0, 0, 0], [0, 0, 3.0])["verdict"] == "not distinguishable"  # lower bound <= 0
+
+
+def test_pareto_front():
+    #        A (fast user, low total)  B (dominated by C)  C       D (high total)  E (nan)
+    x = [80.0, 50.0, 60.0, 30.0, math.nan]
+    y = [80.0, 300.0, 400.0, 600.0, 900.0]
+    assert pareto_front(x, y) == [True, False, True, True, False]
+    assert pareto_front([1.0, 1.0], [2.0, 2.0]) == [True, True]  # ties dominate neither
+    with pytest.raises(ValueError):
+        pareto_front([1.0], [])
+
+
+# ------------------------------------------------------------------ the sentence
+
+SLO = {"ttft_ms": 500.0, "tpot_ms": 20.0}
+
+
+@pytest.mark.parametrize("verdicts, expected", [
+    ({2.0: "faster", 4.0: "faster", 12.0: "not distinguishable"},
+     "eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): goodput speedup's "
+     "95 % interval above 1 at 2, 4 req/s; ties (interval includes 1) at 12 req/s."),
+    ({2.0: "not distinguishable", 4.0: "faster", 12.0: "slower"},
+     "eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): goodput speedup's "
+     "95 % interval above 1 at 4 req/s; ties (interval includes 1) at 2 req/s; worse (interval below 1) at 12 req/s."),
+    ({4.0: "slower", 12.0: "not distinguishable"},
+     "eagle3_decode does not beat baseline at any measured rate at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
+     "ties (interval includes 1) at 12 req/s; worse (interval below 1) at 4 req/s."),
+    ({4.0: "not distinguishable", 12.0: "not distinguishable"},
+     "eagle3_decode ties with baseline at every measured rate at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
+     "ties (interval includes 1) at 4, 12 req/s."),
+    ({4.0: "slower", 12.0: "faster"},
+     "eagle3_decode beats baseline only above a rate where it is worse at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
+     "goodput speedup's 95 % interval above 1 at 12 req/s; worse (interval below 1) at 4 req/s."),
+])
+def test_beats_sentence(verdicts, expected):
+    assert beats_sentence("eagle3_decode", "baseline", verdicts, SLO) == expected
+
+
+def test_beats_up_to_and_no_rates():
+    assert beats_up_to({1.0: "faster", 2.0: "slower", 8.0: "faster"})["up_to_req_s"] == 1.0
+    assert beats_up_to({})["up_to_req_s"] is None
+    assert "no request rate measured" in beats_sentence("m", "baseline", {}, {"ttft_ms": 1.0, "tpot_ms": None})
+    assert "TTFT <= 1 ms)" in beats_sentence("m", "baseline", {1.0: "faster"}, {"ttft_ms": 1.0, "tpot_ms": None})
+
+
+def test_answer_states_the_load_sentences():
+    comparison = {"baseline": "baseline", "modes": {"baseline": {}, "eagle3_decode": {}},
+                  "load": {"sentences": {"eagle3_decode": "eagle3_decode beats baseline up to 4 req/s at this SLO (x)."}}}
+    for render in (answer_text, answer_markdown):
+        text = render(comparison)
+        assert "Under open-loop load" in text and "eagle3_decode beats baseline up to 4 req/s" in text
+    assert "Under open-loop load" not in answer_text({**comparison, "load": None})
