@@ -1,10 +1,11 @@
 """Accuracy benchmark: the lab client's measurement error against the emulator's ground truth.
 
-    python benchmarks/accuracy.py            # ~2-3 min; writes docs/benchmarks/accuracy.{md,json}
+    python benchmarks/accuracy.py            # ~5 min; writes docs/benchmarks/accuracy.{md,json}
 
 Runs :func:`lab.measure.accuracy.measure_mode` for the baseline and one speculative mode at
-concurrency 1, 8 and 64 with repeats (definitions of every metric and of "error" are in
-``lab/measure/accuracy.py``), prints the table and writes it. Engine: the emulator (no GPU): these
+concurrency 1, 8 and 64 with repeats, then :func:`lab.measure.accuracy.measure_rates` at
+open-loop request rates 4, 16 and 64 req/s (``--rates``; none: skip), definitions of every
+metric and of "error" in ``lab/measure/accuracy.py``, prints the tables and writes them. Engine: the emulator (no GPU): these
 are figures about the *measurement*, never about a GPU.
 """
 
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lab.measure.accuracy import write_report  # noqa: E402
-from lab.measure.accuracy import ACCURACY_METRICS, error_table, measure_mode  # noqa: E402
+from lab.measure.accuracy import ACCURACY_METRICS, RATE_METRICS, error_table, measure_mode, measure_rates  # noqa: E402
 from lab.config import load_params  # noqa: E402
 from lab.workload.dataset import load_prompts  # noqa: E402
 
@@ -82,6 +83,7 @@ def render(report: dict) -> str:
         for k, f in md["fidelity"].items():
             lines.append(f"| {md['mode']} | {k} | {f['n']} | {f['mean_planned_ms']:.3f} | {f['mean_actual_ms']:.3f} | "
                          f"{f['mean_abs_error_ms']:.3f} | {f['max_abs_error_ms']:.3f} |")
+    lines += _open_loop_section(report)
     missed = [r for r in report["rows"] if not r["meets"]]
     lines += ["", "## Verdict", ""]
     if not missed:
@@ -97,12 +99,59 @@ def render(report: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _open_loop_section(report: dict) -> list[str]:
+    """Markdown of the open-loop part (``report["open_loop"]``), or nothing."""
+    ol = report.get("open_loop")
+    if not ol:
+        return []
+    slo = ol["slo"]
+    lines = ["", "## Open loop: the client at request rates (lab.measure.accuracy.measure_rates)", "",
+             f"{ol['n_requests']} requests per repeat on the seeded schedule (gamma inter-arrivals, burstiness "
+             f"{ol['burstiness']:g}; seed = repeat), no concurrency cap, {ol['repeats']} repeats, "
+             f"{ol['max_new_tokens']} output tokens, emulator `--max-running-requests {ol['max_running']}`; "
+             f"goodput under TTFT <= {slo['ttft_ms']} ms, TPOT <= {slo['tpot_ms']} ms. Client: its records "
+             "(offered rate from its send times, p50 TTFT/TPOT over requests, goodput from its own TTFT/TPOT); "
+             "truth: the emulator's arrival, first- and last-token stamps, same definitions.", "",
+             "| mode | rate req/s | metric | truth | client | median error | worst repeat |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for md in ol["modes"]:
+        for lv in md["rates"].values():
+            for m in RATE_METRICS:
+                med = lv["median_error"].get(m)
+                if med is None:
+                    continue
+                tr = sorted(r["truth"][m] for r in lv["repeats"] if r["truth"][m] is not None)
+                cl = sorted(r["client"][m] for r in lv["repeats"] if r["client"][m] is not None)
+                lines.append(f"| {md['mode']} | {lv['rate']:g} | {m} | {_fmt(tr[len(tr) // 2])} | "
+                             f"{_fmt(cl[len(cl) // 2])} | {_fmt(med, True)} | {_fmt(lv['worst_error'][m], True)} |")
+    lines += ["", "Schedule adherence, ms (send lag: t_send - t_scheduled, the client's lateness; arrival lag: "
+              "the emulator's arrival stamp - t_scheduled, what the server saw), worst repeat; SLO disagreements: "
+              "requests the client and the truth classify differently, all repeats:", "",
+              "| mode | rate req/s | send lag p50 | send lag p99 | send lag max | arrival lag p50 | arrival lag p99 | "
+              "client p99 dispatch delay | SLO disagreements / requests |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for md in ol["modes"]:
+        for lv in md["rates"].values():
+            rs = lv["repeats"]
+            worst = lambda k, q: max(r[k][q] for r in rs)  # noqa: E731
+            lines.append(f"| {md['mode']} | {lv['rate']:g} | {worst('send_lag_ms', 'p50'):.3f} | "
+                         f"{worst('send_lag_ms', 'p99'):.3f} | {worst('send_lag_ms', 'max'):.3f} | "
+                         f"{worst('arrival_lag_ms', 'p50'):.3f} | {worst('arrival_lag_ms', 'p99'):.3f} | "
+                         f"{max(r['p99_dispatch_delay_ms'] or 0.0 for r in rs):.3f} | "
+                         f"{sum(r['slo_disagreements'] for r in rs)} / {sum(r['requests'] for r in rs)} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 8, 64])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--modes", nargs="+", default=["baseline", "eagle3_prefill"])
+    ap.add_argument("--rates", type=float, nargs="*", default=[4.0, 16.0, 64.0],
+                    help="open-loop request rates, req/s (none: skip the open-loop part)")
+    ap.add_argument("--rate-requests", type=int, default=32, help="requests per rate and repeat")
+    ap.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of inter-arrivals (1 = Poisson)")
     ap.add_argument("--profile", default=None, help="emulator profile (default: params.yaml emulator.profile)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "accuracy"),
                     help="output path without suffix (.md and .json are written)")
@@ -114,12 +163,22 @@ def main(argv: list[str] | None = None) -> int:
     modes = [measure_mode(params, m, Path(a.work_dir), levels=a.levels, repeats=a.repeats,
                           max_new_tokens=a.max_new_tokens, prompts=prompts, profile=a.profile) for m in a.modes]
     rows = error_table(modes)
+    open_loop = None
+    if a.rates:
+        max_running = 64
+        open_loop = {"rates": a.rates, "n_requests": a.rate_requests, "burstiness": a.burstiness,
+                     "repeats": a.repeats, "max_new_tokens": a.max_new_tokens, "max_running": max_running,
+                     "slo": params.bench.slo.model_dump(),
+                     "modes": [measure_rates(params, m, Path(a.work_dir), rates=a.rates, repeats=a.repeats,
+                                             n_requests=a.rate_requests, max_new_tokens=a.max_new_tokens,
+                                             prompts=prompts, burstiness=a.burstiness, max_running=max_running,
+                                             profile=a.profile) for m in a.modes]}
     report = {"profile": a.profile or params.emulator.profile, "levels": a.levels, "repeats": a.repeats,
               "max_new_tokens": a.max_new_tokens, "metrics": list(ACCURACY_METRICS),
               "command": "python benchmarks/accuracy.py" + (" " + " ".join(argv or sys.argv[1:])).rstrip(),
               "machine": f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}, Python "
                          f"{platform.python_version()}",
-              "wall_s": time.perf_counter() - t, "rows": rows, "modes": modes}
+              "wall_s": time.perf_counter() - t, "rows": rows, "modes": modes, "open_loop": open_loop}
     print(write_report(report, a.out, render))
     return 0
 

@@ -59,7 +59,8 @@ from lab.engine.server import ServerProcess, build_server_command
 from lab.engine.ports import free_port
 
 __all__ = ["free_port", "emulator_server", "truth_run_metrics", "delivery_delay_ms", "client_run_metrics",
-           "relative_error", "measure_mode", "error_table", "ACCURACY_METRICS", "TARGETS"]
+           "relative_error", "measure_mode", "error_table", "ACCURACY_METRICS", "TARGETS", "RATE_METRICS",
+           "measure_rates"]
 
 #: Metrics compared with the ground truth, in table order.
 ACCURACY_METRICS = ("decode_tok_s", "output_tok_s", "cycle_ms", "icl_ms", "ttft_ms", "accept_length", "verify_ms",
@@ -252,6 +253,114 @@ def measure_mode(params: LabParams, mode_name: str, out_dir: Path, *, levels: Se
             lv["median_error"][m] = float(np.median(errs)) if errs else None
             lv["worst_error"][m] = float(max(errs, key=abs)) if errs else None
         lv["target"] = target_for(lv["concurrency"])
+    return out
+
+
+#: Metrics compared with the ground truth at open-loop rate points (:func:`measure_rates`), in table order.
+RATE_METRICS = ("offered_rate_req_s", "output_tok_s", "decode_tok_s", "ttft_ms", "tpot_ms", "accept_length",
+                "goodput_req_s")
+
+
+def _truth_rate_metrics(truth: Truth, recs: Sequence[Mapping[str, Any]], slo: Any) -> dict[str, float | None]:
+    """Ground truth of :data:`RATE_METRICS` for one open-loop run (its ok records).
+
+    ``offered_rate_req_s``: (n - 1) / (last - first server arrival stamp); ``ttft_ms``: median of
+    first_token - arrival; ``tpot_ms``: median of (last_token - first_token) / (N - 1);
+    ``goodput_req_s``: requests whose truth TTFT and TPOT meet ``slo``
+    (:func:`lab.analysis.load.is_good`) / (max last_token - min arrival).
+    """
+    from lab.analysis.load import is_good
+
+    reqs = [truth.requests[r["rid"]] for r in recs]
+    arr = sorted(q["arrival"] for q in reqs)
+    ttft = [(q["first_token"] - q["arrival"]) * 1e3 for q in reqs]
+    tpot = [((q["last_token"] - q["first_token"]) * 1e3 / (q["completion_tokens"] - 1))
+            if q["completion_tokens"] > 1 else 0.0 for q in reqs]
+    window = max(q["last_token"] for q in reqs) - arr[0]
+    base = truth_run_metrics(truth, [r["rid"] for r in recs])
+    return {"offered_rate_req_s": (len(arr) - 1) / (arr[-1] - arr[0]) if len(arr) > 1 and arr[-1] > arr[0] else None,
+            "output_tok_s": base["output_tok_s"], "decode_tok_s": base["decode_tok_s"],
+            "ttft_ms": statistics.median(ttft), "tpot_ms": statistics.median(tpot),
+            "accept_length": base["accept_length"],
+            "goodput_req_s": sum(is_good(a, b, slo) for a, b in zip(ttft, tpot)) / window if window > 0 else None,
+            "_good": [is_good(a, b, slo) for a, b in zip(ttft, tpot)]}
+
+
+def measure_rates(params: LabParams, mode_name: str, out_dir: Path, *, rates: Sequence[float], repeats: int,
+                  n_requests: int, max_new_tokens: int, prompts, burstiness: float = 1.0, slo: Any = None,
+                  max_running: int = 64, profile: str | None = None, log=print) -> dict[str, Any]:
+    """One emulator launch for ``mode_name``: open-loop rate points (:mod:`lab.workload.arrivals`,
+    :func:`lab.measure.client.run_requests` with ``arrivals=``), client vs ground truth.
+
+    Per rate and repeat: ``n_requests`` requests on the seeded schedule (seed = repeat, as the
+    bench stage's ``bench.seed + repeat`` with seed 0), no concurrency cap. Compared:
+
+    - the schedule itself: ``send_lag_ms`` = t_send - t_scheduled (the client's lateness),
+      ``arrival_lag_ms`` = the emulator's arrival stamp - t_scheduled (what the server saw),
+      p50/p99/max over requests;
+    - :data:`RATE_METRICS` (client: :func:`client_run_metrics`, p50 TTFT/TPOT over requests and
+      :func:`lab.analysis.load.run_load_metrics`; truth: :func:`_truth_rate_metrics`), error =
+      client / truth - 1, and ``slo_disagreements``: requests the client and the truth classify
+      differently under ``slo``. The client's offered rate is (n - 1) / (last - first t_send).
+
+    :param slo: ``bench.slo`` (None: ``params.bench.slo``).
+    :returns: ``{"mode", "rates": {"r4": {"rate", "repeats": [...], "median_error", "worst_error",
+        "lag": {...}}}, "fidelity"}``.
+    """
+    from lab.analysis.load import is_good, run_load_metrics
+    from lab.workload.arrivals import arrival_times, rate_key
+    from lab.workload.dataset import workload
+
+    slo = slo if slo is not None else params.bench.slo
+    runs: list[dict[str, Any]] = []
+    with emulator_server(params, mode_name, out_dir, profile=profile, max_running=max_running) as (srv, truth_path):
+        url = srv.base_url
+        client.run_requests_sync(url, workload(prompts, 4, 10_000), concurrency=4, max_new_tokens=16,
+                                 temperature=0.0, timeout_s=120, rid_prefix=f"{mode_name}-warmup")
+        for rate in rates:
+            for rep in range(repeats):
+                prom0 = client.fetch_text(url + "/metrics")
+                recs = client.run_requests_sync(
+                    url, workload(prompts, n_requests, rep), concurrency=0, max_new_tokens=max_new_tokens,
+                    temperature=0.0, timeout_s=300, rid_prefix=f"acc-{mode_name}-{rate_key(rate)}-r{rep}",
+                    mode=mode_name, repeat=rep, arrivals=arrival_times(n_requests, rate, burstiness, rep))
+                server = M.server_timing(prom0, client.fetch_text(url + "/metrics"))
+                c = client_run_metrics(recs, server)
+                s = M.summarize_run(recs, wall_s=M.measured_window_s(recs), server=server)
+                sends = sorted(r["t_send"] for r in recs if r["t_send"] is not None)
+                c.update(run_load_metrics(recs, M.measured_window_s(recs), slo), ttft_ms=s["p50_ttft_ms"],
+                         tpot_ms=s["p50_tpot_ms"],
+                         offered_rate_req_s=(len(sends) - 1) / (sends[-1] - sends[0]) if len(sends) > 1 else None)
+                runs.append({"rate": rate, "repeat": rep, "records": recs, "client": c})
+                log(f"[accuracy] {mode_name} {rate_key(rate)} repeat {rep + 1}/{repeats}: goodput "
+                    f"{c['goodput_req_s']:.2f} req/s, p99 send lag {c['p99_schedule_lag_ms']:.2f} ms")
+    truth = load_truth(truth_path)
+    out: dict[str, Any] = {"mode": mode_name, "rates": {},
+                           "fidelity": {k: vars(f) for k, f in truth.fidelity().items()}}
+    for run in runs:
+        recs = [r for r in run["records"] if r["ok"]]
+        tr = _truth_rate_metrics(truth, recs, slo)
+        good_truth = tr.pop("_good")
+        good_client = []
+        for r in recs:
+            m = M.request_metrics(r)
+            good_client.append(is_good(m["ttft_ms"], m["tpot_ms"] if (m["completion_tokens"] or 0) > 1 else 0.0, slo))
+        send_lag = [(r["t_send"] - r["t_scheduled"]) * 1e3 for r in recs]
+        arr_lag = [(truth.requests[r["rid"]]["arrival"] - r["t_scheduled"]) * 1e3 for r in recs]
+        pct = lambda v: {"p50": float(np.percentile(v, 50)), "p99": float(np.percentile(v, 99)),  # noqa: E731
+                         "max": float(max(v))}
+        out["rates"].setdefault(rate_key(run["rate"]), {"rate": run["rate"], "repeats": []})["repeats"].append({
+            "client": {m: run["client"].get(m) for m in RATE_METRICS}, "truth": tr,
+            "error": {m: relative_error(run["client"].get(m), tr.get(m)) for m in RATE_METRICS},
+            "slo_disagreements": sum(a != b for a, b in zip(good_client, good_truth)), "requests": len(recs),
+            "send_lag_ms": pct(send_lag), "arrival_lag_ms": pct(arr_lag),
+            "p99_dispatch_delay_ms": run["client"].get("p99_dispatch_delay_ms")})
+    for lv in out["rates"].values():
+        lv["median_error"], lv["worst_error"] = {}, {}
+        for m in RATE_METRICS:
+            errs = [r["error"][m] for r in lv["repeats"] if r["error"][m] is not None]
+            lv["median_error"][m] = float(np.median(errs)) if errs else None
+            lv["worst_error"][m] = float(max(errs, key=abs)) if errs else None
     return out
 
 
