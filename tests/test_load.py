@@ -85,6 +85,11 @@ def test_goodput_hand_computed():
     assert run_load_metrics(recs, 2.0, {"ttft_ms": None, "tpot_ms": 20.0})["goodput_req_s"] == pytest.approx(3 / 2)
     lagged = [_rec(1.0, 0.05, 3, 0.01, t_scheduled=0.99), _rec(2.0, 0.05, 3, 0.01, t_scheduled=2.0)]
     assert run_load_metrics(lagged, 1.0, slo)["p99_schedule_lag_ms"] == pytest.approx(10 * 0.99 + 0 * 0.01, rel=1e-6)
+    # an open-loop point divides by the offered duration n / rate (rate x attainment), not the window
+    at_rate = run_load_metrics(recs, wall_s=2.0, slo=slo, rate_req_s=4.0)
+    assert at_rate["goodput_req_s"] == pytest.approx(2 / (5 / 4.0)) == pytest.approx(4.0 * m["slo_attainment"])
+    assert at_rate["goodput_tok_s"] == pytest.approx((11 + 21) / (5 / 4.0))
+    assert at_rate["request_throughput_req_s"] == m["request_throughput_req_s"]  # still the measured window
     assert is_good(10.0, None, slo)  # a 1-token request: TPOT counts as 0 (vLLM)
     with pytest.raises(ValueError):
         run_load_metrics(recs, 0.0, slo)
@@ -95,10 +100,22 @@ def test_goodput_speedup_and_zero_cases():
     assert s["verdict"] == "faster" and s["ratio"] == pytest.approx(1.5) and s["ci95_lo"] > 1
     assert goodput_speedup([2.0, 2.1, 1.9], [2.0, 1.9, 2.1])["verdict"] == "not distinguishable"
     assert goodput_speedup([0, 0, 0], [0, 0, 0]) == {"ratio": None, "ci95_lo": None, "ci95_hi": None,
-                                                     "verdict": "not distinguishable"}
+                                                     "verdict": "not distinguishable", "paired": False}
     assert goodput_speedup([0, 0, 0], [1.0, 1.1, 0.9])["verdict"] == "faster"
     assert goodput_speedup([1.0, 1.1, 0.9], [0, 0, 0])["verdict"] == "slower"
     assert goodput_speedup([0, 0, 0], [0, 0, 3.0])["verdict"] == "not distinguishable"  # lower bound <= 0
+
+
+def test_goodput_speedup_paired_by_repeat():
+    # repeat k replays the same arrivals in both modes: the schedule's spread is shared, the ratio is steady
+    base, other = [2.0, 4.0, 6.0], [2.4, 4.8, 7.2]
+    unpaired = goodput_speedup(base, other)
+    paired = goodput_speedup(base, other, paired=True)
+    assert unpaired["verdict"] == "not distinguishable" and not unpaired["paired"]
+    assert paired["paired"] and paired["ratio"] == pytest.approx(1.2) and paired["verdict"] == "faster"
+    assert paired["ci95_lo"] == pytest.approx(1.2) == paired["ci95_hi"]  # the same ratio in every repeat
+    # a zero goodput cannot be paired on the log scale: the unpaired rules apply
+    assert goodput_speedup([0, 0, 0], [1.0, 1.1, 0.9], paired=True) == {**goodput_speedup([0, 0, 0], [1.0, 1.1, 0.9])}
 
 
 def test_pareto_front():

@@ -9,10 +9,18 @@ Definitions (one place; the bench stage and the comparison both call these):
   ``is_good_req = all(s >= r ...)`` over the SLO'd per-request metrics, TPOT 0 when
   ``output_len <= 1``), also AIPerf's ``goodput`` (requests meeting every ``--goodput``
   constraint per second).
-- ``goodput_req_s`` = good requests / the run's measured window (vLLM:
-  ``request_goodput = good_completed / dur_s``); ``goodput_tok_s`` = output tokens of the
-  good requests / the window (the token form); ``slo_attainment`` = good / requests sent
-  (errors count as not good); ``request_throughput_req_s`` = ok requests / window.
+- ``goodput_req_s`` = good requests / a duration; ``goodput_tok_s`` = output tokens of the
+  good requests / the same duration (the token form). At a closed-loop point the duration is
+  the run's measured window (vLLM: ``request_goodput = good_completed / dur_s``). At an
+  open-loop rate point it is the offered duration ``n / rate`` (so goodput = rate x SLO
+  attainment, the rate the system serves within the SLO at that offered load, as DistServe
+  (Zhong et al., OSDI 2024) reads goodput). Why not vLLM's measured duration there: with a
+  long run it is the arrival span, but with the few requests of a repeat the drain after the
+  last arrival dominates it, and a mode that drains faster "beats" the baseline while both
+  meet the SLO for every request (measured on the emulator with the default params: 1.20x
+  [1.18, 1.22] at r12, both at 100 % attainment).
+- ``slo_attainment`` = good / requests sent (errors count as not good);
+  ``request_throughput_req_s`` = ok requests / measured window.
 - ``output_tok_s_per_user``: mean over ok requests of completion_tokens / e2e seconds (the
   tokens per second one user sees, TTFT included): the x axis of the Pareto figure, whose y
   is the run's total ``output_tok_s`` (tokens/s per user against total tokens/s: the
@@ -22,8 +30,12 @@ Definitions (one place; the bench stage and the comparison both call these):
   the client's own share is ``dispatch_delay_ms``, flagged by :mod:`lab.measure.hygiene`).
 
 Comparison: per rate point, goodput over repeats with a Student-t interval and the speedup
-``goodput(mode) / goodput(baseline)`` with :func:`lab.analysis.stats.ratio_ci` and
-:func:`lab.analysis.stats.verdict`. A mode **beats** the baseline at a rate when that
+``goodput(mode) / goodput(baseline)`` **paired by repeat**: repeat k of every mode replays the
+same seeded arrivals (``bench.seed + k``), so the repeat is the matched unit, as the prompt is
+in :mod:`lab.analysis.paired`; the geometric mean of the per-repeat ratios gets a one-sample
+t-interval (:func:`lab.analysis.stats.log_ratio_ci`), which removes the schedule-to-schedule
+spread that both modes share (Welch's unpaired :func:`lab.analysis.stats.ratio_ci` when the
+repeats do not match), and :func:`lab.analysis.stats.verdict` reads it. A mode **beats** the baseline at a rate when that
 interval lies above 1 ("faster"), is **worse** when it lies below 1, and **ties** otherwise.
 "Beats up to N req/s": N is the highest measured rate where it beats the baseline with no
 worse rate at or below it (:func:`beats_up_to`).
@@ -62,18 +74,24 @@ def is_good(ttft_ms: float | None, tpot_ms: float | None, slo: Any) -> bool:
     return True
 
 
-def run_load_metrics(records: Sequence[Mapping[str, Any]], wall_s: float, slo: Any) -> dict[str, Any]:
+def run_load_metrics(records: Sequence[Mapping[str, Any]], wall_s: float, slo: Any,
+                     rate_req_s: float | None = None) -> dict[str, Any]:
     """:data:`LOAD_METRICS` of one run (module docstring for the definitions).
 
     :param records: client records of the run (:mod:`lab.measure.client`).
     :param wall_s: the run's measured window, seconds (> 0; :func:`lab.measure.metrics.measured_window_s`).
     :param slo: ``bench.slo`` (or a mapping with ``ttft_ms``/``tpot_ms``).
+    :param rate_req_s: the offered rate of an open-loop point (None: a closed-loop point);
+        goodput then divides by ``len(records) / rate_req_s`` instead of ``wall_s``.
     :returns: ``{metric: value}``; ``p99_schedule_lag_ms`` None without ``t_scheduled``,
         ``output_tok_s_per_user`` None without an ok request.
     :raises ValueError: ``wall_s`` not positive.
     """
     if not wall_s or wall_s <= 0:
         raise ValueError(f"wall_s={wall_s}: must be a positive duration in seconds")
+    if rate_req_s is not None and not rate_req_s > 0:
+        raise ValueError(f"rate_req_s={rate_req_s}: must be > 0 requests/s")
+    window = wall_s
     good = good_tok = ok = 0
     per_user: list[float] = []
     for r in records:
@@ -88,11 +106,13 @@ def run_load_metrics(records: Sequence[Mapping[str, Any]], wall_s: float, slo: A
         if m["ttft_ms"] is not None and is_good(m["ttft_ms"], tpot, slo):
             good += 1
             good_tok += n
+    if rate_req_s is not None and records:
+        wall_s = len(records) / rate_req_s  # the offered duration (module docstring)
     lags = [(r["t_send"] - r["t_scheduled"]) * 1e3 for r in records
             if r.get("t_scheduled") is not None and r.get("t_send") is not None]
     return {"goodput_req_s": good / wall_s, "goodput_tok_s": good_tok / wall_s,
             "slo_attainment": good / len(records) if records else None,
-            "request_throughput_req_s": ok / wall_s,
+            "request_throughput_req_s": ok / window,
             "output_tok_s_per_user": float(np.mean(per_user)) if per_user else None,
             "p99_schedule_lag_ms": float(np.percentile(lags, 99)) if lags else None}
 
@@ -121,16 +141,30 @@ def pareto_front(x: Sequence[float], y: Sequence[float]) -> list[bool]:
     return out
 
 
-def goodput_speedup(base: Sequence[float], other: Sequence[float]) -> dict[str, Any]:
-    """Goodput ratio ``mean(other) / mean(base)`` over repeats with its 95 % interval and verdict.
+def goodput_speedup(base: Sequence[float], other: Sequence[float], *, paired: bool = False) -> dict[str, Any]:
+    """Goodput ratio of ``other`` over ``base`` across repeats with its 95 % interval and verdict.
+
+    ``paired=True`` (the two lists are the same repeats, in the same order, every goodput > 0):
+    geometric mean of the per-repeat ratios with :func:`lab.analysis.stats.log_ratio_ci`
+    (``"paired": True`` in the result). Otherwise ``mean(other) / mean(base)`` with Welch's
+    :func:`lab.analysis.stats.ratio_ci`.
 
     :func:`lab.analysis.stats.ratio_ci` needs positive means; goodput can be 0 (no request met
     the SLO). Then: both 0 -> a tie (``ratio`` None, verdict "not distinguishable": neither
     meets the SLO); only the baseline 0 -> "faster" when the other's t-interval lower bound is
     above 0, only the other 0 -> "slower" when the baseline's is (``ratio`` inf / 0).
 
-    :returns: ``{"ratio", "ci95_lo", "ci95_hi", "verdict"}`` (bounds None when undefined).
+    :returns: ``{"ratio", "ci95_lo", "ci95_hi", "verdict", "paired"}`` (bounds None when undefined).
     """
+    fin = lambda v: v if v is not None and math.isfinite(v) else None  # noqa: E731
+    if paired and len(base) == len(other) >= 2 and all(v is not None and v > 0 for v in (*base, *other)):
+        r, lo, hi = stats.log_ratio_ci([math.log(o / b) for b, o in zip(base, other)])
+        return {"ratio": r, "ci95_lo": fin(lo), "ci95_hi": fin(hi), "verdict": stats.verdict(r, lo, hi), "paired": True}
+    return {**_unpaired(base, other), "paired": False}
+
+
+def _unpaired(base: Sequence[float], other: Sequence[float]) -> dict[str, Any]:
+    """:func:`goodput_speedup` without pairing (Welch; the zero cases)."""
     b, o = stats.finite(base), stats.finite(other)
     bm = float(b.mean()) if b.size else math.nan
     om = float(o.mean()) if o.size else math.nan
@@ -257,9 +291,12 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
             if rate is not None:
                 entry["request_rate"] = row["request_rate"] = float(rate)
             if baseline and mode != baseline:
-                base = runs[(runs["mode"] == baseline) & (runs["point"] == key)]
+                base = runs[(runs["mode"] == baseline) & (runs["point"] == key)].sort_values("repeat")
                 if len(base) and "goodput_req_s" in sub:
-                    s = goodput_speedup(base["goodput_req_s"].tolist(), sub["goodput_req_s"].tolist())
+                    mine = sub.sort_values("repeat")
+                    same = base["repeat"].tolist() == mine["repeat"].tolist()  # same seeded arrivals per repeat
+                    s = goodput_speedup(base["goodput_req_s"].tolist(), mine["goodput_req_s"].tolist(),
+                                        paired=same)
                     entry["speedup_goodput_req_s"] = s
                     row.update({"speedup_goodput_req_s": s["ratio"], "speedup_goodput_req_s_ci95_lo": s["ci95_lo"],
                                 "speedup_goodput_req_s_ci95_hi": s["ci95_hi"], "verdict_goodput_req_s": s["verdict"]})

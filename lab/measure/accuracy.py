@@ -261,13 +261,14 @@ RATE_METRICS = ("offered_rate_req_s", "output_tok_s", "decode_tok_s", "ttft_ms",
                 "goodput_req_s")
 
 
-def _truth_rate_metrics(truth: Truth, recs: Sequence[Mapping[str, Any]], slo: Any) -> dict[str, float | None]:
+def _truth_rate_metrics(truth: Truth, recs: Sequence[Mapping[str, Any]], slo: Any, rate: float) -> dict[str, float | None]:
     """Ground truth of :data:`RATE_METRICS` for one open-loop run (its ok records).
 
     ``offered_rate_req_s``: (n - 1) / (last - first server arrival stamp); ``ttft_ms``: median of
     first_token - arrival; ``tpot_ms``: median of (last_token - first_token) / (N - 1);
     ``goodput_req_s``: requests whose truth TTFT and TPOT meet ``slo``
-    (:func:`lab.analysis.load.is_good`) / (max last_token - min arrival).
+    (:func:`lab.analysis.load.is_good`) / the offered duration ``n / rate`` (as the client's,
+    :func:`lab.analysis.load.run_load_metrics`).
     """
     from lab.analysis.load import is_good
 
@@ -276,7 +277,7 @@ def _truth_rate_metrics(truth: Truth, recs: Sequence[Mapping[str, Any]], slo: An
     ttft = [(q["first_token"] - q["arrival"]) * 1e3 for q in reqs]
     tpot = [((q["last_token"] - q["first_token"]) * 1e3 / (q["completion_tokens"] - 1))
             if q["completion_tokens"] > 1 else 0.0 for q in reqs]
-    window = max(q["last_token"] for q in reqs) - arr[0]
+    window = len(reqs) / rate
     base = truth_run_metrics(truth, [r["rid"] for r in recs])
     return {"offered_rate_req_s": (len(arr) - 1) / (arr[-1] - arr[0]) if len(arr) > 1 and arr[-1] > arr[0] else None,
             "output_tok_s": base["output_tok_s"], "decode_tok_s": base["decode_tok_s"],
@@ -328,7 +329,7 @@ def measure_rates(params: LabParams, mode_name: str, out_dir: Path, *, rates: Se
                 c = client_run_metrics(recs, server)
                 s = M.summarize_run(recs, wall_s=M.measured_window_s(recs), server=server)
                 sends = sorted(r["t_send"] for r in recs if r["t_send"] is not None)
-                c.update(run_load_metrics(recs, M.measured_window_s(recs), slo), ttft_ms=s["p50_ttft_ms"],
+                c.update(run_load_metrics(recs, M.measured_window_s(recs), slo, rate), ttft_ms=s["p50_ttft_ms"],
                          tpot_ms=s["p50_tpot_ms"],
                          offered_rate_req_s=(len(sends) - 1) / (sends[-1] - sends[0]) if len(sends) > 1 else None)
                 runs.append({"rate": rate, "repeat": rep, "records": recs, "client": c})
@@ -339,7 +340,7 @@ def measure_rates(params: LabParams, mode_name: str, out_dir: Path, *, rates: Se
                            "fidelity": {k: vars(f) for k, f in truth.fidelity().items()}}
     for run in runs:
         recs = [r for r in run["records"] if r["ok"]]
-        tr = _truth_rate_metrics(truth, recs, slo)
+        tr = _truth_rate_metrics(truth, recs, slo, run["rate"])
         good_truth = tr.pop("_good")
         good_client = []
         for r in recs:

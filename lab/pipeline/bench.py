@@ -371,7 +371,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                         summary = add_cross_checks(M.summarize_run(recs, wall_s=window, server=server))
                         summary.update(concurrency=c, repeat=rep, context_tokens=ctx, max_new_tokens=out_len,
                                        point=point, gpu_telemetry=gpu.summary(), request_rate=rate,
-                                       **load.run_load_metrics(recs, window, b.slo))
+                                       **load.run_load_metrics(recs, window, b.slo, rate))
                         for flag in summary["crosscheck"]["flags"]:
                             log(f"[lab] {mode_name} {point} repeat {rep}: CROSS-CHECK: {flag}")
                         summary["hygiene"] = hygiene.run_hygiene(
