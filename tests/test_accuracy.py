@@ -67,3 +67,16 @@ def test_write_report_carries_notes_and_writes_both_files(tmp_path):
     assert md.startswith("# rows 2") and "quiet machine" in md
     assert json.loads((tmp_path / "acc.json").read_text())["notes"] == "measured on a quiet machine"
     assert (tmp_path / "acc.md").read_text() == md
+
+
+def test_truth_rate_metrics_known_answers():
+    """Open-loop ground truth (lab.measure.accuracy._truth_rate_metrics): TTFT 15 ms, TPOT 90 ms / 5
+    = 18 ms; goodput over the offered duration n / rate, the client's definition."""
+    from lab.measure.accuracy import _truth_rate_metrics
+
+    t = _truth_rate_metrics(_truth(), [_record()], {"ttft_ms": 20.0, "tpot_ms": 20.0}, rate=4.0)
+    assert t["ttft_ms"] == pytest.approx(15.0) and t["tpot_ms"] == pytest.approx(18.0)
+    assert t["goodput_req_s"] == pytest.approx(1 / (1 / 4.0)) and t["_good"] == [True]
+    assert t["offered_rate_req_s"] is None  # one arrival: no rate
+    strict = _truth_rate_metrics(_truth(), [_record()], {"ttft_ms": 20.0, "tpot_ms": 17.0}, rate=4.0)
+    assert strict["goodput_req_s"] == 0.0 and strict["_good"] == [False]

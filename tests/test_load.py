@@ -136,7 +136,7 @@ SLO = {"ttft_ms": 500.0, "tpot_ms": 20.0}
 @pytest.mark.parametrize("verdicts, expected", [
     ({2.0: "faster", 4.0: "faster", 12.0: "not distinguishable"},
      "eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): goodput speedup's "
-     "95 % interval above 1 at 2, 4 req/s; ties (interval includes 1) at 12 req/s."),
+     "95 % interval above 1 at 2 req/s, 4 req/s; ties (interval includes 1) at 12 req/s."),
     ({2.0: "not distinguishable", 4.0: "faster", 12.0: "slower"},
      "eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): goodput speedup's "
      "95 % interval above 1 at 4 req/s; ties (interval includes 1) at 2 req/s; worse (interval below 1) at 12 req/s."),
@@ -145,13 +145,23 @@ SLO = {"ttft_ms": 500.0, "tpot_ms": 20.0}
      "ties (interval includes 1) at 12 req/s; worse (interval below 1) at 4 req/s."),
     ({4.0: "not distinguishable", 12.0: "not distinguishable"},
      "eagle3_decode ties with baseline at every measured rate at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
-     "ties (interval includes 1) at 4, 12 req/s."),
+     "ties (interval includes 1) at 4 req/s, 12 req/s."),
     ({4.0: "slower", 12.0: "faster"},
      "eagle3_decode beats baseline only above a rate where it is worse at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
      "goodput speedup's 95 % interval above 1 at 12 req/s; worse (interval below 1) at 4 req/s."),
 ])
 def test_beats_sentence(verdicts, expected):
     assert beats_sentence("eagle3_decode", "baseline", verdicts, SLO) == expected
+
+
+def test_beats_sentence_states_each_ratio():
+    speedups = {4.0: {"ratio": 1.3, "ci95_lo": 1.1, "ci95_hi": 1.52, "verdict": "faster"},
+                12.0: {"ratio": 1.05, "ci95_lo": 0.9, "ci95_hi": 1.22, "verdict": "not distinguishable"},
+                16.0: {"ratio": None, "ci95_lo": None, "ci95_hi": None, "verdict": "not distinguishable"}}
+    assert beats_sentence("eagle3_decode", "baseline", speedups, SLO) == (
+        "eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): goodput speedup's "
+        "95 % interval above 1 at 4 req/s (1.30x [1.10, 1.52]); ties (interval includes 1) at 12 req/s "
+        "(1.05x [0.90, 1.22]), 16 req/s.")
 
 
 def test_beats_up_to_and_no_rates():

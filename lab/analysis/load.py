@@ -211,29 +211,37 @@ def slo_text(slo: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _rates(rates: Sequence[float]) -> str:
-    return ", ".join(f"{r:g}" for r in rates) + " req/s"
+def _rates(rates: Sequence[float], speedups: Mapping[float, Any]) -> str:
+    def one(r: float) -> str:
+        s = speedups[r]
+        text = stats.format_speedup(s.get("ratio"), s.get("ci95_lo"), s.get("ci95_hi"), None) \
+            if isinstance(s, Mapping) and s.get("ratio") is not None and math.isfinite(s["ratio"]) else None
+        return f"{r:g} req/s" + (f" ({text})" if text else "")
+    return ", ".join(one(r) for r in rates)
 
 
-def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, str], slo: Mapping[str, Any]) -> str:
+def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, Any], slo: Mapping[str, Any]) -> str:
     """The answer's sentence for one speculative mode at the measured rates (module docstring).
 
-    :param verdicts: rate (req/s) -> goodput-speedup verdict (:func:`goodput_speedup`).
+    :param verdicts: rate (req/s) -> goodput-speedup verdict, or the whole
+        :func:`goodput_speedup` result (then each rate also shows its ratio and interval).
     :param slo: ``{"ttft_ms", "tpot_ms"}``.
     :returns: e.g. ``"eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms,
-        TPOT <= 20 ms): goodput speedup's 95 % interval above 1 at 4 req/s; ties at 12 req/s."``
+        TPOT <= 20 ms): goodput speedup's 95 % interval above 1 at 4 req/s (1.30x [1.10, 1.52]); ties
+        (interval includes 1) at 12 req/s (1.05x [0.90, 1.22])."``
     """
     if not verdicts:
         return f"{mode}: no request rate measured (set bench.request_rates)."
-    b = beats_up_to(verdicts)
+    speedups = verdicts
+    b = beats_up_to({r: (v["verdict"] if isinstance(v, Mapping) else v) for r, v in verdicts.items()})
     at = f"at this SLO ({slo_text(slo)})"
     detail = []
     if b["beats"]:
-        detail.append(f"goodput speedup's 95 % interval above 1 at {_rates(b['beats'])}")
+        detail.append(f"goodput speedup's 95 % interval above 1 at {_rates(b['beats'], speedups)}")
     if b["ties"]:
-        detail.append(f"ties (interval includes 1) at {_rates(b['ties'])}")
+        detail.append(f"ties (interval includes 1) at {_rates(b['ties'], speedups)}")
     if b["worse"]:
-        detail.append(f"worse (interval below 1) at {_rates(b['worse'])}")
+        detail.append(f"worse (interval below 1) at {_rates(b['worse'], speedups)}")
     if b["up_to_req_s"] is not None:
         head = f"{mode} beats {baseline} up to {b['up_to_req_s']:g} req/s {at}"
     elif b["beats"]:  # beats only above a rate where it is worse: no "up to"
@@ -303,7 +311,7 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
                     if s["ratio"] is not None and math.isfinite(s["ratio"]):
                         flat[f"{mode}.{key}.speedup_goodput_req_s"] = s["ratio"]
                     if rate is not None:
-                        verdicts.setdefault(mode, {})[float(rate)] = s["verdict"]
+                        verdicts.setdefault(mode, {})[float(rate)] = s
             x, y = entry.get("output_tok_s_per_user", {}).get("mean"), entry.get("output_tok_s", {}).get("mean")
             if x is not None and y is not None:
                 pareto_rows.append({"mode": mode, "point": key, "kind": "rate" if rate is not None else "concurrency",
@@ -324,7 +332,7 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
             continue
         v = verdicts.get(mode, {})
         sentences[mode] = beats_sentence(mode, baseline, v, slo)
-        beats[mode] = beats_up_to(v)
+        beats[mode] = beats_up_to({r: s["verdict"] for r, s in v.items()})
         flat[f"{mode}.beats_up_to_req_s"] = float(beats[mode]["up_to_req_s"] or 0.0)
     summary["load"] = {"slo": slo, "burstiness": burst, "rates": sorted({r for v in verdicts.values() for r in v}),
                        "sentences": sentences, "beats": beats, "pareto_csv": str(reports_dir / "pareto.csv"),

@@ -56,6 +56,8 @@ def verify_vs_context(runs: pd.DataFrame, summary: dict[str, Any]):
     """Server-side verify ms per cycle vs prompt (context) length at the lowest concurrency."""
     fig, ax = plt.subplots(figsize=(9, 5.4))
     data = runs.dropna(subset=["verify_ms"]) if "verify_ms" in runs else runs.iloc[0:0]
+    if "request_rate" in data:  # closed-loop points only (an open-loop rate point's concurrency is its cap, 0)
+        data = data[data["request_rate"].isna()]
     if len(data) and "context_tokens" in data and data["context_tokens"].nunique() > 1:
         low = data["concurrency"].min()
         out0 = data["max_new_tokens"].iloc[0] if "max_new_tokens" in data else None
