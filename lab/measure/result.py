@@ -61,7 +61,7 @@ class ModeResult:
     records: list[dict[str, Any]] = field(default_factory=list)
     telemetry: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     version_tags: dict[str, str] = field(default_factory=dict)
-    _telemetry_steps: int = field(default=0, repr=False)
+    _telemetry_steps: int = field(default=0, init=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``result.json`` content: every set (non-None) field but those kept beside it."""
