@@ -178,3 +178,17 @@ def test_answer_states_the_load_sentences():
         text = render(comparison)
         assert "Under open-loop load" in text and "eagle3_decode beats baseline up to 4 req/s" in text
     assert "Under open-loop load" not in answer_text({**comparison, "load": None})
+
+
+def test_measurement_points_add_rate_points_after_the_levels():
+    from types import SimpleNamespace
+
+    from lab.measure.point import measurement_points
+
+    bench = SimpleNamespace(concurrency=[8, 1], context_tokens=[0, 4096], output_levels=[64],
+                            request_rates=[4.0, 0.5], rate_max_concurrency=16)
+    pts = measurement_points(bench)
+    assert [p.key for p in pts] == ["c1", "c1_ctx4096_out64", "c8", "c8_ctx4096_out64", "r4", "r0.5"]
+    assert [(p.request_rate, p.concurrency, p.context_tokens, p.output_tokens) for p in pts[-2:]] == [
+        (4.0, 16, 0, 64), (0.5, 16, 0, 64)]  # primary context/output length; concurrency = the in-flight cap
+    assert all(p.request_rate is None for p in pts[:4])

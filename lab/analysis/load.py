@@ -53,12 +53,21 @@ import numpy as np
 from lab.analysis import stats
 from lab.measure import metrics as M
 
-__all__ = ["LOAD_METRICS", "is_good", "run_load_metrics", "pareto_front", "goodput_speedup", "beats_up_to",
+__all__ = ["LOAD_METRICS", "load_settings", "is_good", "run_load_metrics", "pareto_front", "goodput_speedup", "beats_up_to",
            "beats_sentence", "slo_text", "add_load"]
 
 #: Per-run metrics this module adds (aggregated over repeats like the other headline metrics).
 LOAD_METRICS = ("goodput_req_s", "goodput_tok_s", "slo_attainment", "request_throughput_req_s",
                 "output_tok_s_per_user", "p99_schedule_lag_ms")
+
+
+def load_settings(bench: Any) -> dict[str, Any]:
+    """What ``result.json`` records of a mode's open-loop settings (``bench`` is
+    :class:`lab.config.BenchParams`): ``{"slo": {"ttft_ms", "tpot_ms"}, "burstiness",
+    "rate_max_concurrency", "request_rates"}`` (ms, gamma shape, requests, req/s); the compare
+    stage judges goodput by this ``slo``."""
+    return {"slo": bench.slo.model_dump(), "burstiness": bench.burstiness,
+            "rate_max_concurrency": bench.rate_max_concurrency, "request_rates": list(bench.request_rates)}
 
 
 def is_good(ttft_ms: float | None, tpot_ms: float | None, slo: Any) -> bool:
