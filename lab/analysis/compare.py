@@ -242,8 +242,12 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
         summary["figures"]["verify_time_breakdown"] = summary["profile"]["figure"]
     from lab.analysis.load import add_load  # goodput under bench.slo, Pareto figures, "beats up to N req/s"
 
-    summary["load_flat"] = add_load(summary, runs, results, baseline, rep_dir, summary["caption"])
-    summary["figures"].update((summary["load"] or {}).get("figures") or {})
+    summary["load_flat"], pareto = add_load(summary, runs, results, baseline, rep_dir)
+    if pareto is not None:
+        from lab.report.load_figures import pareto_figures
+
+        summary["figures"].update(pareto_figures(pareto, rep_dir / "figures", caption=summary["caption"],
+                                                 baseline=baseline))
     _write_csv(summary["rows"], rep_dir / "summary.csv")
     from lab.atomic import write_text_atomic
 

@@ -263,23 +263,24 @@ def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, Any], slo:
 
 
 def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[str, Any]], baseline: str | None,
-             reports_dir: Path, caption: str) -> dict[str, float]:
+             reports_dir: Path) -> tuple[dict[str, float], Any]:
     """The comparison stage's load section: goodput with intervals and speedups per point, the
-    Pareto CSV and figures, and one sentence per speculative mode.
+    Pareto points and frontier, and one sentence per speculative mode.
 
     Adds to every ``summary["modes"][mode][point]`` entry ``goodput_req_s``, ``goodput_tok_s``,
     ``slo_attainment``, ``output_tok_s_per_user`` (``{"mean", "ci95_lo", "ci95_hi"}``) and, off
     the baseline, ``speedup_goodput_req_s`` (:func:`goodput_speedup`); the same numbers to the
     matching ``summary["rows"]``; and ``summary["load"] = {"slo", "burstiness", "rates",
-    "sentences": {mode: text}, "beats": {mode: beats_up_to(...)}, "pareto_csv", "figures"}``.
+    "sentences": {mode: text}, "beats": {mode: beats_up_to(...)}, "pareto_csv"}``.
     Writes ``reports_dir/pareto.csv`` (one row per mode x point: mode, point, kind
-    ``concurrency``/``rate``, ``output_tok_s_per_user``, ``output_tok_s``, ``on_frontier``) and
-    one Pareto figure per mode (:mod:`lab.report.load_figures`).
+    ``concurrency``/``rate``, ``output_tok_s_per_user``, ``output_tok_s``, ``on_frontier``);
+    the caller draws it (:func:`lab.report.load_figures.pareto_figures`).
 
     :param runs: :func:`lab.analysis.compare.runs_frame` (one row per mode x point x repeat).
     :param results: ``mode -> result.json`` (each holds ``load.slo`` written by the bench stage).
-    :returns: flat MLflow/DVC metrics ``<mode>.<point>.goodput_req_s`` ... and
-        ``<mode>.beats_up_to_req_s`` (0 when it beats at no rate).
+    :returns: ``(flat, pareto)``: flat MLflow/DVC metrics ``<mode>.<point>.goodput_req_s`` ...
+        and ``<mode>.beats_up_to_req_s`` (0 when it beats at no rate); the Pareto table (pandas,
+        the CSV's rows), None when the results predate open-loop load (``summary["load"]`` None).
     """
     import pandas as pd
 
@@ -290,9 +291,9 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
     flat: dict[str, float] = {}
     if slo is None or "goodput_req_s" not in runs:  # results from before open-loop load
         summary["load"] = None
-        return flat
+        return flat, None
     rows_by = {(r["mode"], r["point"]): r for r in summary["rows"]}
-    verdicts: dict[str, dict[float, str]] = {}
+    verdicts: dict[str, dict[float, dict[str, Any]]] = {}  # mode -> rate -> goodput_speedup()
     pareto_rows = []
     for mode, points in summary["modes"].items():
         for key, entry in points.items():
@@ -332,9 +333,6 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
         pareto.loc[idx, "on_frontier"] = pareto_front(sel["output_tok_s_per_user"].tolist(), sel["output_tok_s"].tolist())
     reports_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(reports_dir / "pareto.csv", pareto.to_csv(index=False))
-    from lab.report.load_figures import pareto_figures
-
-    figures = pareto_figures(pareto, reports_dir / "figures", caption=caption, baseline=baseline)
     sentences, beats = {}, {}
     for mode in summary["modes"]:
         if baseline is None or mode == baseline:
@@ -344,6 +342,5 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
         beats[mode] = beats_up_to({r: s["verdict"] for r, s in v.items()})
         flat[f"{mode}.beats_up_to_req_s"] = float(beats[mode]["up_to_req_s"] or 0.0)
     summary["load"] = {"slo": slo, "burstiness": burst, "rates": sorted({r for v in verdicts.values() for r in v}),
-                       "sentences": sentences, "beats": beats, "pareto_csv": str(reports_dir / "pareto.csv"),
-                       "figures": figures}
-    return flat
+                       "sentences": sentences, "beats": beats, "pareto_csv": str(reports_dir / "pareto.csv")}
+    return flat, pareto
