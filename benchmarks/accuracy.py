@@ -1,6 +1,6 @@
 """Accuracy benchmark: the lab client's measurement error against the emulator's ground truth.
 
-    python benchmarks/accuracy.py            # ~5 min; writes docs/benchmarks/accuracy.{md,json}
+    python benchmarks/accuracy.py            # ~4 min; writes docs/benchmarks/accuracy.{md,json}
 
 Runs :func:`lab.measure.accuracy.measure_mode` for the baseline and one speculative mode at
 concurrency 1, 8 and 64 with repeats, then :func:`lab.measure.accuracy.measure_rates` at
