@@ -11,12 +11,15 @@ replay, against the bytes-moved floor.
 Modules: :mod:`~lab.physics.shapes` (parameters and byte arithmetic, pure Python),
 :mod:`~lab.physics.bench` (the torch stack and timing; torch imported lazily),
 :mod:`~lab.physics.report` (figures, Markdown), :mod:`~lab.physics.run`
-(:func:`run_physics`), :mod:`~lab.physics.cli` (``python -m lab.physics``).
+(:func:`run_physics`), :mod:`~lab.physics.args` (the options shared by both command lines),
+:mod:`~lab.physics.cli` (``python -m lab.physics``), :mod:`~lab.physics.profile` (torch-profiler
+traces, ``python -m lab.physics.profile``).
 
 Importing this package needs only the standard library; figures need matplotlib and
 seaborn, the CLI's ``--params`` needs pyyaml, and measuring needs torch. It never imports
-:mod:`lab.config` (pydantic is absent on the device machine): the notebook converts
-``PhysicsParams`` with ``.model_dump()``.
+:mod:`lab.config` (pydantic is absent on the device machine): :class:`PhysicsConfig` is the
+one schema of ``params.yaml``'s ``physics:`` section, and :class:`lab.config.PhysicsParams` is
+built from it; :mod:`lab.pipeline.physics` validates, runs and records the stage.
 """
 
 from lab.physics.report import FIGURE_FILES, make_figures, markdown_report, plot_overview

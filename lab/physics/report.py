@@ -13,6 +13,7 @@ from lab.atomic import savefig_atomic
 
 __all__ = [
     "FIGURE_FILES",
+    "forward_tables",
     "SEEDS_EAGER_VERIFY_OVER_GRAPH_DECODE",
     "make_figures",
     "plot_overview",
@@ -211,3 +212,26 @@ def markdown_report(metrics: dict[str, Any]) -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def forward_tables(metrics: dict[str, Any]) -> tuple[str, Any, Any]:
+    """What the physics notebook shows for a measured run (status ``ok``): a line naming the
+    device, driver, torch, CUDA, copy bandwidth (GB/s) and tp; the per-T table (index T;
+    ``eager_ms_p50/p90``, ``graph_ms_p50/p90``, ``floor_ms``, ``eager_host_ms_p50`` in ms,
+    ``kernels_per_forward``, and ``eager_over_graph`` = eager p50 / graph p50), rounded to
+    3 decimals; and the ratios (T = ``verify_tokens`` over T = 1) as a one-column frame.
+
+    :raises KeyError: ``metrics`` is not an ``ok`` run of :func:`lab.physics.run_physics`.
+    """
+    import pandas as pd  # here, not at import: the package imports with the standard library only
+
+    cols = ["T", "eager_ms_p50", "eager_ms_p90", "graph_ms_p50", "graph_ms_p90", "floor_ms",
+            "eager_host_ms_p50", "kernels_per_forward"]
+    table = pd.DataFrame(metrics["rows"]).reindex(columns=cols).set_index("T")
+    table["eager_over_graph"] = table["eager_ms_p50"] / table["graph_ms_p50"]
+    d = metrics["device"]
+    line = (f"{d['name']} x{d['count']}, driver {d['driver']}, torch {d['torch']}, CUDA {d['cuda']}, "
+            f"copy bandwidth {metrics['copy_bandwidth_gb_s']:.0f} GB/s, tp={metrics['tp']}")
+    verify = metrics["params"]["verify_tokens"]
+    ratios = pd.Series(metrics["ratios"], name=f"T={verify} over T=1").round(3).to_frame()
+    return line, table.round(3), ratios

@@ -30,6 +30,7 @@ from typing import Any, Mapping
 
 __all__ = [
     "DTYPE_BYTES",
+    "INT_FIELDS",
     "PHYSICS_DEFAULTS",
     "PhysicsConfig",
     "weight_bytes_per_layer",
@@ -44,30 +45,15 @@ __all__ = [
 #: Bytes per element of the dtypes the stage accepts (float32 only for CPU checks).
 DTYPE_BYTES: dict[str, int] = {"bfloat16": 2, "float16": 2, "float32": 4}
 
-#: The defaults of ``params.yaml``'s ``physics:`` section (= ``lab.config.PhysicsParams``).
-PHYSICS_DEFAULTS: dict[str, Any] = {
-    "hidden_size": 7168,
-    "num_layers": 61,
-    "heads_per_gpu": 8,
-    "head_dim": 128,
-    "mlp_intermediate_per_gpu": 2304,
-    "kv_context": 2048,
-    "tokens": [1, 2, 3, 4, 5, 6, 7, 8],
-    "tp": 1,
-    "warmup_iters": 10,
-    "timed_iters": 50,
-    "dtype": "bfloat16",
-    "verify_tokens": 3,
-}
-
-
 @dataclass(frozen=True)
 class PhysicsConfig:
-    """The physics stage's parameters as a plain frozen dataclass.
+    """The physics stage's parameters as a plain frozen dataclass: the one schema of
+    ``params.yaml``'s ``physics:`` section (names, types, defaults).
 
-    Same fields and defaults as :class:`lab.config.PhysicsParams` (which validates
-    ``params.yaml``); this copy exists so the stage runs where pydantic is absent (the
-    device machine). Convert with ``PhysicsConfig.from_mapping(params.physics.model_dump())``.
+    :class:`lab.config.PhysicsParams` (which validates ``params.yaml``) is built from these
+    fields, adding its lower bounds; this dataclass itself needs no pydantic, so the stage
+    runs where pydantic is absent (the device machine). Convert with
+    ``PhysicsConfig.from_mapping(params.physics.model_dump())``.
 
     Units: sizes in elements, ``kv_context`` and ``tokens`` in tokens, iterations as counts.
 
@@ -90,9 +76,7 @@ class PhysicsConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokens", tuple(int(t) for t in self.tokens))
-        for name in ("hidden_size", "num_layers", "heads_per_gpu", "head_dim",
-                     "mlp_intermediate_per_gpu", "kv_context", "tp", "warmup_iters",
-                     "timed_iters", "verify_tokens"):
+        for name in INT_FIELDS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"physics.{name}: must be a positive integer, got {value!r}")
@@ -134,6 +118,13 @@ class PhysicsConfig:
     def attn_width(self) -> int:
         """``heads_per_gpu * head_dim``: the per-GPU width of q, k, v and o's input."""
         return self.heads_per_gpu * self.head_dim
+
+
+#: The integer fields of :class:`PhysicsConfig` (one CLI option each, each must be >= 1).
+INT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(PhysicsConfig) if f.type in (int, "int"))
+
+#: The defaults of ``params.yaml``'s ``physics:`` section (= ``PhysicsConfig().as_dict()``).
+PHYSICS_DEFAULTS: dict[str, Any] = PhysicsConfig().as_dict()
 
 
 def weight_bytes_per_layer(cfg: PhysicsConfig) -> dict[str, int]:
