@@ -209,6 +209,22 @@ async def generate(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+def _usage(req: Request, completion_tokens: int) -> dict[str, int]:
+    """OpenAI ``usage`` of a request: prompt, completion and total tokens."""
+    return {"prompt_tokens": req.prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": req.prompt_tokens + completion_tokens}
+
+
+def _spec_details(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """SGLang's ``sglext.spec_tokens_details`` from a finished request's ``meta_info`` (asked for
+    with ``return_spec_tokens_details``); None without speculative counters (no speculation)."""
+    if "spec_verify_ct" not in meta:
+        return None
+    keys = ("spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",
+            "spec_verify_ct", "spec_correct_drafts_histogram")
+    return {"spec_tokens_details": {k: meta.get(k, [] if k.endswith("histogram") else 0) for k in keys}}
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     st: AppState = request.app[STATE_KEY]
     try:
@@ -226,14 +242,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     cid, created, model = f"chatcmpl-{req.rid}", int(time.time()), st.args.served_model_name
 
     def sglext(meta: dict) -> dict | None:
-        if not want_spec or "spec_verify_ct" not in meta:
-            return None
-        keys = ("spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",
-                "spec_verify_ct", "spec_correct_drafts_histogram")
-        return {"spec_tokens_details": {k: meta.get(k, [] if k.endswith("histogram") else 0) for k in keys}}
+        return _spec_details(meta) if want_spec else None
 
     def usage(ct: int) -> dict:
-        return {"prompt_tokens": req.prompt_tokens, "completion_tokens": ct, "total_tokens": req.prompt_tokens + ct}
+        return _usage(req, ct)
 
     if not stream:
         async for ev in _events(req):
@@ -343,15 +355,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
     cid, created, model = f"cmpl-{req.rid}", int(time.time()), st.args.served_model_name
 
     def usage(ct: int) -> dict:
-        return {"prompt_tokens": req.prompt_tokens, "completion_tokens": ct, "total_tokens": req.prompt_tokens + ct}
+        return _usage(req, ct)
 
     def sglext(ev: dict) -> dict | None:
-        meta = _meta(st, req, ev)
-        if not want_spec or "spec_verify_ct" not in meta:
-            return None
-        keys = ("spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",
-                "spec_verify_ct", "spec_correct_drafts_histogram")
-        return {"spec_tokens_details": {k: meta.get(k, [] if k.endswith("histogram") else 0) for k in keys}}
+        return _spec_details(_meta(st, req, ev)) if want_spec else None
 
     if not stream:
         async for ev in _events(req):

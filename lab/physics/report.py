@@ -107,20 +107,15 @@ def make_figures(metrics: dict[str, Any], out_dir: str | Path) -> list[str]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    fig, ax = plt.subplots(figsize=(8, 5))
-    _draw_times(ax, metrics)
-    ax.set_title("One forward: eager vs CUDA graph\n" + _subtitle(metrics), fontsize=9)
-    fig.tight_layout()
-    savefig_atomic(fig, out / FIGURE_FILES[0], dpi=130)
-    plt.close(fig)
-    written.append(FIGURE_FILES[0])
-    fig, ax = plt.subplots(figsize=(7, 5))
-    _draw_ratios(ax, metrics)
-    ax.set_title("Verify cost relative to decode\n" + _subtitle(metrics), fontsize=9)
-    fig.tight_layout()
-    savefig_atomic(fig, out / FIGURE_FILES[1], dpi=130)
-    plt.close(fig)
-    written.append(FIGURE_FILES[1])
+    for name, size, draw, title in ((FIGURE_FILES[0], (8, 5), _draw_times, "One forward: eager vs CUDA graph"),
+                                    (FIGURE_FILES[1], (7, 5), _draw_ratios, "Verify cost relative to decode")):
+        fig, ax = plt.subplots(figsize=size)
+        draw(ax, metrics)
+        ax.set_title(title + "\n" + _subtitle(metrics), fontsize=9)
+        fig.tight_layout()
+        savefig_atomic(fig, out / name, dpi=130)
+        plt.close(fig)
+        written.append(name)
     return written
 
 
