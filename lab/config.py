@@ -295,13 +295,13 @@ _PHYSICS_BOUNDS = {"hidden_size": 64, "head_dim": 16, "mlp_intermediate_per_gpu"
 
 
 def _physics_params() -> type[_Strict]:
-    """:class:`PhysicsParams`: the fields and defaults of :class:`lab.physics.shapes.PhysicsConfig`
+    """:class:`PhysicsParams`: the fields and defaults of :class:`lab.physics.params.PhysicsConfig`
     (the one physics schema) as a strict pydantic model, with :data:`_PHYSICS_BOUNDS`."""
     from dataclasses import fields
 
     from pydantic import create_model
 
-    from lab.physics.shapes import PhysicsConfig
+    from lab.physics.params import PhysicsConfig
 
     spec: dict[str, Any] = {}
     for f in fields(PhysicsConfig):
@@ -314,7 +314,7 @@ def _physics_params() -> type[_Strict]:
     return create_model("PhysicsParams", __base__=_Strict, __module__=__name__, __doc__=(
         """GPU stage: a per-GPU shard of the served model's layer stack (PyTorch only).
 
-    Fields and defaults are :class:`lab.physics.shapes.PhysicsConfig`'s. Defaults are
+    Fields and defaults are :class:`lab.physics.params.PhysicsConfig`'s. Defaults are
     Kimi-K2.5 (DeepSeek-V3 shape) under TP 8: hidden 7168, 61 layers, 64 attention heads x
     128 / 8 = 8 heads per GPU, and the active experts' MLP width per GPU (8 routed + 1 shared
     expert x 2048 / 8 = 2304). Source: the model's config.json.

@@ -140,3 +140,15 @@ def test_readme_module_map_names_every_module():
         if f"`{rel}`" not in table:
             missing.append(rel)
     assert not missing, f"README's module map lacks {missing}"
+
+
+def test_config_runs_only_the_physics_schema():
+    """lab.config builds PhysicsParams from lab.physics.params; importing it must not run the
+    physics stage's other modules (a bench stage would then depend on the physics figures)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, lab.config; "
+            "print(sorted(m for m in sys.modules if m.startswith('lab.physics')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=LAB.parent, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['lab.physics', 'lab.physics.params']"

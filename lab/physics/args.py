@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Sequence
 
-from lab.physics.shapes import DTYPE_BYTES, INT_FIELDS, PHYSICS_DEFAULTS, PhysicsConfig
+from lab.physics.params import DTYPE_BYTES, INT_FIELDS, PHYSICS_DEFAULTS, PhysicsConfig
 
 __all__ = ["build_parser", "config_from_args"]
 
