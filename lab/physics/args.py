@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from lab.physics.params import DTYPE_BYTES, INT_FIELDS, PHYSICS_DEFAULTS, PhysicsConfig
 
-__all__ = ["build_parser", "config_from_args"]
+__all__ = ["build_parser", "config_from_args", "parse"]
 
 
 def _int_list(text: str) -> list[int]:
@@ -73,5 +73,3 @@ def parse(argv: Sequence[str] | None, parser: argparse.ArgumentParser) -> argpar
     ns.config = config_from_args(parser, ns)
     return ns
 
-
-__all__ += ["parse"]
