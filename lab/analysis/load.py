@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -262,8 +261,8 @@ def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, Any], slo:
     return f"{head}: {'; '.join(detail)}."
 
 
-def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[str, Any]], baseline: str | None,
-             reports_dir: Path) -> tuple[dict[str, float], Any]:
+def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[str, Any]],
+             baseline: str | None) -> tuple[dict[str, float], list[dict[str, Any]] | None]:
     """The comparison stage's load section: goodput with intervals and speedups per point, the
     Pareto points and frontier, and one sentence per speculative mode.
 
@@ -271,21 +270,18 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
     ``slo_attainment``, ``output_tok_s_per_user`` (``{"mean", "ci95_lo", "ci95_hi"}``) and, off
     the baseline, ``speedup_goodput_req_s`` (:func:`goodput_speedup`); the same numbers to the
     matching ``summary["rows"]``; and ``summary["load"] = {"slo", "burstiness", "rates",
-    "sentences": {mode: text}, "beats": {mode: beats_up_to(...)}, "pareto_csv"}``.
-    Writes ``reports_dir/pareto.csv`` (one row per mode x point: mode, point, kind
-    ``concurrency``/``rate``, ``output_tok_s_per_user``, ``output_tok_s``, ``on_frontier``);
-    the caller draws it (:func:`lab.report.load_figures.pareto_figures`).
+    "sentences": {mode: text}, "beats": {mode: beats_up_to(...)}}``. Writes nothing: the
+    compare stage (:mod:`lab.pipeline.compare`) writes the Pareto rows to ``reports/pareto.csv``
+    and draws them (:func:`lab.report.load_figures.pareto_figures`).
 
     :param runs: :func:`lab.analysis.compare.runs_frame` (one row per mode x point x repeat).
     :param results: ``mode -> result.json`` (each holds ``load.slo`` written by the bench stage).
     :returns: ``(flat, pareto)``: flat MLflow/DVC metrics ``<mode>.<point>.goodput_req_s`` ...
-        and ``<mode>.beats_up_to_req_s`` (0 when it beats at no rate); the Pareto table (pandas,
-        the CSV's rows), None when the results predate open-loop load (``summary["load"]`` None).
+        and ``<mode>.beats_up_to_req_s`` (0 when it beats at no rate); the Pareto rows (one dict
+        per mode x point: ``mode, point, kind`` (``concurrency``/``rate``),
+        ``output_tok_s_per_user``, ``output_tok_s`` (tok/s, means over repeats), ``on_frontier``
+        within its mode), None when the results predate open-loop load (``summary["load"]`` None).
     """
-    import pandas as pd
-
-    from lab.atomic import write_text_atomic
-
     slo = next((r["load"]["slo"] for r in results.values() if (r.get("load") or {}).get("slo")), None)
     burst = next((r["load"].get("burstiness") for r in results.values() if r.get("load")), None)
     flat: dict[str, float] = {}
@@ -326,13 +322,11 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
             if x is not None and y is not None:
                 pareto_rows.append({"mode": mode, "point": key, "kind": "rate" if rate is not None else "concurrency",
                                     "output_tok_s_per_user": x, "output_tok_s": y})
-    pareto = pd.DataFrame(pareto_rows, columns=["mode", "point", "kind", "output_tok_s_per_user", "output_tok_s"])
-    pareto["on_frontier"] = False
-    for mode, idx in pareto.groupby("mode").groups.items():
-        sel = pareto.loc[idx]
-        pareto.loc[idx, "on_frontier"] = pareto_front(sel["output_tok_s_per_user"].tolist(), sel["output_tok_s"].tolist())
-    reports_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(reports_dir / "pareto.csv", pareto.to_csv(index=False))
+    for mode in summary["modes"]:
+        mine = [p for p in pareto_rows if p["mode"] == mode]
+        for p, on in zip(mine, pareto_front([p["output_tok_s_per_user"] for p in mine],
+                                            [p["output_tok_s"] for p in mine])):
+            p["on_frontier"] = on
     sentences, beats = {}, {}
     for mode in summary["modes"]:
         if baseline is None or mode == baseline:
@@ -342,5 +336,5 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
         beats[mode] = beats_up_to({r: s["verdict"] for r, s in v.items()})
         flat[f"{mode}.beats_up_to_req_s"] = float(beats[mode]["up_to_req_s"] or 0.0)
     summary["load"] = {"slo": slo, "burstiness": burst, "rates": sorted({r for v in verdicts.values() for r in v}),
-                       "sentences": sentences, "beats": beats, "pareto_csv": str(reports_dir / "pareto.csv")}
-    return flat, pareto
+                       "sentences": sentences, "beats": beats}
+    return flat, pareto_rows

@@ -31,16 +31,18 @@ def _frontier(ax, pts: pd.DataFrame, **kw) -> None:
         ax.plot(front["output_tok_s_per_user"], front["output_tok_s"], **kw)
 
 
-def pareto_figures(pareto: pd.DataFrame, out_dir: Path, *, caption: str, baseline: str | None) -> dict[str, str]:
+def pareto_figures(rows: list[dict], out_dir: Path, *, caption: str, baseline: str | None) -> dict[str, str]:
     """Draw ``pareto_<mode>.png`` per mode into ``out_dir``.
 
-    :param pareto: rows ``mode, point, kind, output_tok_s_per_user, output_tok_s, on_frontier``
-        (tok/s; means over repeats).
+    :param rows: :func:`lab.analysis.load.add_load`'s Pareto rows: ``mode, point, kind,
+        output_tok_s_per_user, output_tok_s, on_frontier`` (tok/s; means over repeats).
     :param caption: the engine caption (:func:`lab.analysis.compare.engine_caption`).
     :param baseline: the baseline mode, whose frontier is overlaid in grey (None: none).
     :returns: ``{"pareto_<mode>": path}``.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
+    pareto = pd.DataFrame(rows, columns=["mode", "point", "kind", "output_tok_s_per_user", "output_tok_s",
+                                         "on_frontier"])
     paths: dict[str, str] = {}
     base = pareto[pareto["mode"] == baseline] if baseline else pareto.iloc[0:0]
     for mode, pts in pareto.groupby("mode", sort=False):
