@@ -224,7 +224,7 @@ def test_open_loop_sends_regardless_of_completions():
         app.router.add_post("/generate", generate)
         runner = web.AppRunner(app)
         await runner.setup()
-        port = _free_port()
+        port = free_port()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
             return await run_requests(f"http://127.0.0.1:{port}", [(i, "x") for i in range(n)], concurrency=0,
@@ -266,7 +266,7 @@ def test_open_loop_bad_arrivals():
 
 
 def test_open_loop_connection_refused_stops_the_schedule():
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     t0 = time.perf_counter()
     recs = asyncio.run(run_requests(url, [(i, "x") for i in range(20)], concurrency=0, max_new_tokens=4,
                                     temperature=0.0, timeout_s=60.0, rid_prefix="r", progress_desc=None,
