@@ -19,7 +19,7 @@ from lab.pipeline.bench import BenchError, run_mode
 from lab.config import ParamsError, load_params
 from lab.workload.dataset import DatasetError
 from lab.engine.preflight import PreflightError
-from lab.engine.server import ServerError, exposure_warning
+from lab.engine.process import ServerError, exposure_warning
 from lab.tracking.runs import TrackingError
 from reliability_util import ROOT, engines_on, free_port, small_params
 
@@ -90,7 +90,7 @@ def test_port_in_use_fails_before_server(tmp_path):
         s.bind(("127.0.0.1", params.server.port))
         s.listen()
         out = tmp_path / "baseline"
-        # preflight (lab.engine.preflight) catches it first; lab.engine.server's own check is the backstop
+        # preflight (lab.engine.preflight) catches it first; lab.engine.process.s own check is the backstop
         with pytest.raises((ServerError, PreflightError), match=rf"(?s)port {params.server.port} on 127.0.0.1 is in use.*[Ff]ix"):
             run_mode(params, "baseline", out)
     assert not (out / "ground_truth.jsonl").exists()  # the emulator never ran

@@ -135,7 +135,7 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
             time.sleep(1.0)
             r["survived_hard_kill"] = bool(engines_on(r["port"]))
             r["recorded"] = bool(list((r["repo"] / ".cache" / "servers").glob("*.json")))
-            nxt = subprocess.run([sys.executable, "-c", "from lab.engine.server import stop_stale_servers as s; s()"],
+            nxt = subprocess.run([sys.executable, "-c", "from lab.engine.process import stop_stale_servers as s; s()"],
                                  cwd=r["repo"], env=_env(), capture_output=True, text=True, timeout=60)
             r["next_launch"] = nxt.stdout + nxt.stderr
     for case, r in runs.items():

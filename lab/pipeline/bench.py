@@ -6,12 +6,12 @@ together and owns no measurement logic (guidellm ``benchmark/benchmarker.py`` sh
 1. checks that can fail fast (results dir writable, dataset, MLflow reachable, then
    :mod:`lab.engine.preflight`: GPUs, SGLang, the argv through SGLang's parser, weights, port,
    disk) run before any server starts; the environment is captured (:mod:`lab.engine.envcapture`);
-2. the engine starts in its own process group (:mod:`lab.engine.server`), its startup phases
+2. the engine starts in its own process group (:mod:`lab.engine.command`, :mod:`lab.engine.process`), its startup phases
    followed in its log (:mod:`lab.engine.startup`); its effective configuration is read back from
    ``/server_info`` (:mod:`lab.engine.effective`);
 3. warm-up requests, then for each concurrency level and repeat: ``/metrics`` and
    ``/server_info`` scraped before and after, requests streamed (:mod:`lab.measure.client`),
-   GPUs sampled (:mod:`lab.engine.telemetry`), summarised (:mod:`lab.measure.metrics`) and cross-checked
+   GPUs sampled (:mod:`lab.engine.telemetry`), summarised (:mod:`lab.measure.records`) and cross-checked
    against the server's own timing and log window (:mod:`lab.measure.crosscheck`);
 4. results are written atomically under ``results/<mode>/`` and logged to MLflow
    (:mod:`lab.tracking.runs`). A failure leaves ``metrics.json`` with ``"status": "failed"``,
@@ -32,7 +32,7 @@ from typing import Any
 from lab import atomic
 from lab.measure import client
 from lab.measure import hygiene
-from lab.measure import metrics as M
+from lab.measure.records import measured_window_s, summarize_run
 from lab.analysis import sentinel
 from lab.analysis import stats
 from lab.config import LabParams, repo_root
@@ -42,7 +42,8 @@ from lab.measure.crosscheck import LogWindow, add_cross_checks, window_server_ti
 from lab.engine.effective import effective_config
 from lab.engine.envcapture import capture_environment
 from lab.engine.preflight import format_table, run_preflight
-from lab.engine.server import ServerProcess, build_server_command, stop_stale_servers
+from lab.engine.command import build_server_command
+from lab.engine.process import ServerProcess, stop_stale_servers
 from lab.tracking.params_log import mode_run_params
 from lab.engine.startup import StartupTracker
 from lab.tracking.versions import version_tags
@@ -143,7 +144,7 @@ def _check_alive(srv: ServerProcess, where: str, out: Path, recs: list[dict[str,
     while srv.alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     if not srv.alive():
-        from lab.engine.server import log_tail
+        from lab.engine.process import log_tail
 
         code = srv.proc.returncode if srv.proc is not None else None
         raise BenchError(f"engine died (exit code {code}) during {where}; requests measured so far are "
@@ -349,7 +350,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                             prom0, client.fetch_text(srv.base_url + "/metrics"), info0,
                             client.fetch_json(srv.base_url + "/server_info"), log_window.read(),
                             speculative=spec)
-                        window = M.measured_window_s(recs)
+                        window = measured_window_s(recs)
                         if not window or not any(r["ok"] for r in recs):
                             # all failed: a summary would read as a (zero-throughput) result
                             raise BenchError(
@@ -358,7 +359,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                                 f"{recs[0].get('error') if recs else 'no requests'}. Fix: see "
                                 f"{out / 'requests.jsonl'} and {out / 'server.log'}; raise "
                                 "bench.request_timeout_s if requests timed out")
-                        summary = add_cross_checks(M.summarize_run(recs, wall_s=window, server=server))
+                        summary = add_cross_checks(summarize_run(recs, wall_s=window, server=server))
                         summary.update(concurrency=c, repeat=rep, context_tokens=ctx, max_new_tokens=out_len,
                                        point=point, gpu_telemetry=gpu.summary())
                         for flag in summary["crosscheck"]["flags"]:

@@ -56,7 +56,7 @@ def print_command(params_file: str | None, mode: str, node_rank: int | None, eng
     given, e.g. ``--engine sglang`` on a laptop whose params.yaml says emulator); 0, or 2 on
     bad params."""
     from lab.config import ParamsError, load_params
-    from lab.engine.server import build_server_command
+    from lab.engine.command import build_server_command
 
     try:
         overrides = {"engine": engine} if engine else {}

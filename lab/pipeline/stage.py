@@ -57,7 +57,8 @@ def _preflight(params: LabParams, stage: str, mode: str | None, root: Path, out_
     """
     if stage == "bench":
         from lab.engine.preflight import format_table, run_preflight
-        from lab.engine.server import build_server_command, stop_stale_servers
+        from lab.engine.command import build_server_command
+        from lab.engine.process import stop_stale_servers
 
         stop_stale_servers(log=lambda m: print(m, file=sys.stderr, flush=True))  # ours would hold the port
         python = build_server_command(params, mode).argv[0]
@@ -155,7 +156,7 @@ def run_stage(stage: str, mode: str | None = None, params_file: str | None = Non
     import papermill as pm
 
     from lab.pipeline.interrupt import forward_signals
-    from lab.engine.server import stop_stale_servers
+    from lab.engine.process import stop_stale_servers
 
     received: list[int] = []
     try:
