@@ -52,7 +52,7 @@ def test_bad_params(tmp_path, mutate, words):
 
 def test_bad_params_stop_the_stage_before_any_server(tmp_path):
     p = _params_file(tmp_path, lambda r: r["bench"].update(concurency=[1]))
-    proc = subprocess.run([sys.executable, "-m", "lab.pipeline.stage", "bench", "--mode", "baseline", "--params", str(p)],
+    proc = subprocess.run([sys.executable, "-m", "lab.pipeline.bench_stage", "--mode", "baseline", "--params", str(p)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "bench.concurency: unknown key" in proc.stderr
     assert not (tmp_path / "server.log").exists()

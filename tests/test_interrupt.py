@@ -61,7 +61,7 @@ def _start(repo: Path, how: str) -> subprocess.Popen:
         else:
             env["SHELL"] = "/bin/sh"
     else:
-        argv = [sys.executable, "-m", "lab.pipeline.stage", "bench", "--mode", "baseline"]
+        argv = [sys.executable, "-m", "lab.pipeline.bench_stage", "--mode", "baseline"]
     # own session, like a terminal's foreground job: Ctrl-C = SIGINT to this process group
     return subprocess.Popen(argv, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)

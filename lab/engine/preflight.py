@@ -372,7 +372,7 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
     :param python: the interpreter that will run the server (its SGLang is checked).
     :param results_dir: where results and logs go (free disk is checked there).
     :param check_argv: parse each mode's argv with SGLang's parser (it imports torch: tens
-        of seconds cold). ``lab.pipeline.stage`` passes False for its seconds-long check before the
+        of seconds cold). ``lab.pipeline.bench_stage`` passes False for its seconds-long check before the
         notebook starts; the notebook's own preflight then parses the argv.
     :returns: the :class:`PreflightReport` (call ``raise_if_failed`` to stop on failure).
     """

@@ -1,1 +1,1 @@
-"""Orchestration: the DVC stage entry point (stage), one mode's benchmark (bench), interrupt handling (interrupt), the `lab` CLI (cli) and sweep expansion (sweep)."""
+"""Orchestration: one DVC entry module per stage (bench_stage, compare_stage, physics_stage), each importing only its own stage's code, on a shared runner (stage); one mode's benchmark (bench), interrupt handling (interrupt), the `lab` CLI (cli) and sweep expansion (sweep)."""

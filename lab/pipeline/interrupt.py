@@ -2,7 +2,7 @@
 
 Process tree of ``dvc repro`` (each arrow a fork; kernels and engines start new sessions)::
 
-    dvc ─► python -m lab.pipeline.stage bench (papermill) ─► ipykernel (own session)
+    dvc ─► python -m lab.pipeline.bench_stage (papermill) ─► ipykernel (own session)
                                                      └─► engine (own session, recorded in .cache/servers)
 
 What reaches the engine, per signal (``tests/test_interrupt.py`` proves each):

@@ -38,7 +38,9 @@ def redact_url(url: str) -> str:
 
 
 def mode_run_params(params, mode_name: str) -> dict[str, str]:
-    """The flat ``{name: value}`` params of mode ``mode_name``'s MLflow run.
+    """The flat ``{name: value}`` params of mode ``mode_name``'s MLflow run: the params.yaml
+    sections its ``bench@<mode>`` stage declares in ``dvc.yaml`` (engine, model, server, this
+    mode, bench, emulator, mlflow), nothing else (no ``sweep``: a sweep edit re-runs no bench).
 
     :param params: :class:`lab.config.LabParams`.
     :raises lab.config.ParamsError: ``mode_name`` is not in ``params.modes``.
@@ -55,4 +57,4 @@ def mode_run_params(params, mode_name: str) -> dict[str, str]:
         "server": params.server.model_dump(), "mode": params.mode(mode_name).model_dump(),
         "bench": params.bench.model_dump(),
         **({"emulator": params.emulator.model_dump()} if params.engine == "emulator" else {}),
-        "sweep": dump(params.sweep), "mlflow": mlflow})
+        "mlflow": mlflow})
