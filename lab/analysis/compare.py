@@ -258,6 +258,9 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
             tags.update({f"mode_run.{m}": str(r.get("mlflow_run_id")) for m, r in results.items()})
             with open_run(params, run_name=f"compare | {params.engine} | {len(modes)} modes", tags=tags,
                           parent_run_id=parent) as run:
+                from lab.tracking.params_log import compare_run_params
+
+                run.log_params(compare_run_params(params))  # the sweep section: only compare declares it
                 run.log_metrics(_lean(summary))
                 run.log_artifact(rep_dir / "report.html")
                 for fig in summary["figures"].values():

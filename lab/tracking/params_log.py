@@ -20,7 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from lab.redact import REDACTED
 
-__all__ = ["mode_run_params", "redact_url"]
+__all__ = ["mode_run_params", "compare_run_params", "redact_url"]
 
 
 def redact_url(url: str) -> str:
@@ -58,3 +58,18 @@ def mode_run_params(params, mode_name: str) -> dict[str, str]:
         "bench": params.bench.model_dump(),
         **({"emulator": params.emulator.model_dump()} if params.engine == "emulator" else {}),
         "mlflow": mlflow})
+
+
+def compare_run_params(params) -> dict[str, str]:
+    """The flat ``{name: value}`` params of the comparison's MLflow run: the ``sweep`` section
+    (``sweep.prefix``, ``sweep.grid.num_steps``...), which only the ``compare`` stage declares
+    in ``dvc.yaml`` (it checks the generated modes against it); every other section is on the
+    mode runs (:func:`mode_run_params`). Empty without a sweep section.
+
+    :param params: :class:`lab.config.LabParams`.
+    """
+    from lab.tracking.runs import flatten_params
+
+    sweep = params.sweep
+    return flatten_params({"sweep": sweep.model_dump() if hasattr(sweep, "model_dump") else sweep}) if sweep else {}
+
