@@ -66,7 +66,7 @@ def bench_stage(params: LabParams, mode: str) -> Stage:
 def main(argv: list[str] | None = None) -> int:
     """CLI: ``python -m lab.pipeline.bench_stage --mode NAME [--params FILE]``; exit code as
     :func:`lab.pipeline.stage.stage_main`."""
-    ap = argparse.ArgumentParser(prog="python -m lab.pipeline.bench_stage", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lab.pipeline.bench_stage", description="run the bench@<mode> DVC stage (validate params, preflight, notebook)")
     ap.add_argument("--mode", required=True, help="mode name from params.yaml")
     ap.add_argument("--params", help="params file (default: <repo>/params.yaml)")
     args = ap.parse_args(argv)

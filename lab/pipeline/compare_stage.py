@@ -67,7 +67,7 @@ def print_answer(notebook: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """CLI: ``python -m lab.pipeline.compare_stage [--params FILE]``; exit code as
     :func:`lab.pipeline.stage.stage_main`."""
-    ap = argparse.ArgumentParser(prog="python -m lab.pipeline.compare_stage", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lab.pipeline.compare_stage", description="run the compare DVC stage (sweep check, results present, notebook)")
     ap.add_argument("--params", help="params file (default: <repo>/params.yaml)")
     args = ap.parse_args(argv)
     return stage_main("compare", lambda params: compare_stage(params, args.params), args.params,

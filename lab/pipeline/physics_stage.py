@@ -80,7 +80,7 @@ def physics_stage(params: LabParams) -> Stage:
 def main(argv: list[str] | None = None) -> int:
     """CLI: ``python -m lab.pipeline.physics_stage [--params FILE]``; exit code as
     :func:`lab.pipeline.stage.stage_main`."""
-    ap = argparse.ArgumentParser(prog="python -m lab.pipeline.physics_stage", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lab.pipeline.physics_stage", description="run the physics DVC stage (\"not run\" without CUDA, else the notebook)")
     ap.add_argument("--params", help="params file (default: <repo>/params.yaml)")
     args = ap.parse_args(argv)
     return stage_main("physics", physics_stage, args.params)
