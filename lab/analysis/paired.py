@@ -7,7 +7,7 @@ point ``p`` is the same prompt with the same length in every mode (its ``rid`` e
 ``-r<r>-<i>``, its record carries ``prompt_index`` and ``repeat``). This module matches
 those requests across two modes and compares them prompt by prompt.
 
-Method (per point, for the per-request ``decode_tok_s`` of :func:`lab.measure.metrics.request_metrics`):
+Method (per point, for the per-request ``decode_tok_s`` of :func:`lab.measure.records.request_metrics`):
 
 1. For every matched request pair (same point, repeat, slot ``i`` and ``prompt_index``,
    both ok): ``d = log(decode_tok_s_other / decode_tok_s_base)``.
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.analysis import stats
-from lab.measure.metrics import request_metrics
+from lab.measure.records import request_metrics
 
 __all__ = ["load_request_speeds", "paired_speedup", "add_paired", "PAIRED_METRIC", "METHOD"]
 

@@ -9,7 +9,7 @@ request in the format of ``docs/contracts.md`` ("Client request record")::
      "chunks": [[t_s, n_tokens], ...],          # content chunks only
      "completion_tokens", "prompt_tokens", "meta_info", "ok", "error", "output_text"}
 
-All metric arithmetic lives in :mod:`lab.measure.metrics`.
+All metric arithmetic lives in :mod:`lab.measure.records`, :mod:`lab.measure.prometheus`, :mod:`lab.measure.server_info` and :mod:`lab.measure.decode_log`.
 
 Wire format (SGLang 0.5.23, ``sglang/srt/entrypoints/http_server.py``
 ``serve_generate_request``): a ``text/event-stream`` of ``data: {json}\\n\\n`` lines,

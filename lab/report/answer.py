@@ -1,7 +1,7 @@
 """The answer in a few lines: per mode, its speedup over the baseline at each concurrency.
 
 One renderer for every place that states the answer: the end of ``dvc repro`` (printed by
-the compare stage, :mod:`lab.pipeline.stage`), the top of ``reports/report.html`` and
+the compare stage, :mod:`lab.pipeline.compare_stage`), the top of ``reports/report.html`` and
 ``reports/summary.md``, and ``lab summary``. Its input is the comparison that
 :func:`lab.pipeline.compare.run_compare` returns and writes to ``reports/comparison.json``:
 
