@@ -251,6 +251,10 @@ class BenchParams(_Strict):
     sentinel_history_runs: int = Field(5, ge=1)
     sentinel_alpha: float = Field(0.01, gt=0.0, lt=1.0)
     sentinel_min_effect: float = Field(0.02, ge=0.0)
+    # Lossless check (lab/analysis/lossless.py): at temperature 0 a speculative mode whose share of
+    # outputs identical to the baseline's, token for token, is below this gets a warning
+    # naming the divergent prompts (1.0: every output must match; EAGLE-3 is lossless).
+    lossless_min_identical_share: float = Field(1.0, ge=0.0, le=1.0)
 
     @field_validator("concurrency")
     @classmethod

@@ -2,8 +2,8 @@
 
 Inputs are ``results/<mode>/result.json`` and ``runs.json`` (one row per concurrency
 level x repeat) written by :mod:`lab.pipeline.bench`. Output: ``reports/comparison.json`` (per mode and level, mean and 95 % t-interval of the headline metrics, speedup over the
-baseline with a Welch log-ratio interval and a verdict, and the paired per-prompt speedup of
-:mod:`lab.analysis.paired`), ``reports/summary.json`` (its flat
+baseline with a Welch log-ratio interval and a verdict, the paired per-prompt speedup of
+:mod:`lab.analysis.paired`, and the lossless check of :mod:`lab.analysis.lossless`), ``reports/summary.json`` (its flat
 numbers, the DVC metrics file), ``reports/summary.csv`` (one row per
 mode x level, for ``dvc plots``), the figures (:mod:`lab.report.figures`) and one MLflow run
 holding them.
@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fas
     import pandas as pd
 
 __all__ = ["CompareError", "load_results", "runs_frame", "requests_frame", "summarize",
-           "engine_caption", "run_compare", "summary_markdown", "read_summary_rows", "SPEEDUP_METRICS"]
+           "engine_caption", "run_compare", "summary_markdown", "read_summary_rows", "SPEEDUP_METRICS",
+           "add_lossless"]
 
 # Throughputs compared against the baseline (higher is better).
 SPEEDUP_METRICS = ("decode_tok_s", "output_tok_s")
@@ -184,7 +185,47 @@ def _lean(summary: dict[str, Any]) -> dict[str, float]:
                 p = e["paired_speedup_decode_tok_s"]
                 flat.update({f"{mode}.{lvl}.paired_speedup_decode_tok_s{sfx}": p[k] for sfx, k in
                              (("", "ratio"), ("_ci95_lo", "ci95_lo"), ("_ci95_hi", "ci95_hi")) if p.get(k) is not None})
+    if summary.get("lossless"):  # lab.analysis.lossless: <mode>.lossless.identical_share, ...
+        from lab.analysis.lossless import flat_metrics
+
+        flat.update(flat_metrics(summary["lossless"]))
     return flat
+
+
+def add_lossless(summary: dict[str, Any], params: LabParams, results_dir: Path, modes: list[str],
+                 baseline: str | None) -> None:
+    """Run :func:`lab.analysis.lossless.check_lossless` on ``<results_dir>/<mode>/requests.jsonl``
+    and add it to ``summary``: ``summary["lossless"]`` (the check's dict), its warnings
+    appended to ``summary["warnings"][mode]``, and ``lossless_identical_share`` on every
+    checked row of ``summary["rows"]`` (summary.csv, ``dvc plots``).
+
+    Prompt heads come from ``bench.dataset`` (none when it cannot be read); modes with
+    ``simulate_accept_length`` are not checked (SGLang then accepts draft tokens unverified).
+    """
+    from lab.analysis.lossless import check_lossless
+    from lab.workload.dataset import DatasetError, load_prompts
+
+    records: dict[str, list[dict[str, Any]]] = {}
+    for mode in modes:
+        path = results_dir / mode / "requests.jsonl"
+        lines = path.read_text().splitlines() if path.is_file() else []
+        records[mode] = [json.loads(line) for line in lines if line.strip()]
+    try:
+        texts = {i: p.messages[-1]["content"] for i, p in
+                 enumerate(load_prompts(repo_root() / params.bench.dataset))}
+    except (DatasetError, OSError):
+        texts = {}
+    skip = {m: "simulated acceptance (SGLANG_SIMULATE_ACC_LEN) accepts draft tokens unverified"
+            for m in modes if m in params.modes and params.modes[m].simulate_accept_length is not None}
+    res = check_lossless(records, baseline, temperature=params.bench.temperature,
+                         min_identical_share=params.bench.lossless_min_identical_share, prompt_texts=texts, skip=skip)
+    summary["lossless"] = res
+    for mode, ws in res["warnings"].items():
+        summary.setdefault("warnings", {}).setdefault(mode, []).extend(ws)
+    for row in summary["rows"]:
+        pt = ((res["modes"].get(row["mode"]) or {}).get("points") or {}).get(row.get("point"))
+        if pt:
+            row["lossless_identical_share"] = pt["identical_share"]
 
 
 def _round(x: float | None) -> float | None:
@@ -227,6 +268,7 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     summary["caption"] = engine_caption(results, params)
     summary["effective_config"] = {m: r.get("effective_config") for m, r in results.items()}
     summary["warnings"] = {m: r["warnings"] for m, r in results.items() if r.get("warnings")}  # hygiene, per mode
+    add_lossless(summary, params, res_dir, modes, baseline)  # output ids vs the baseline's (issue 15)
     from lab.report.sweep_figures import primary_runs, primary_summary
 
     summary["figures"] = figures.draw_all(primary_runs(runs), requests_frame(res_dir, modes), primary_summary(summary),

@@ -337,7 +337,7 @@ class Engine:
             self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
                               "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,
                               "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct,
-                              "finish_reason": "length"}, flush=True)
+                              "finish_reason": "length", "diverged_from": r.diverge_at}, flush=True)
             self.metrics.on_finish(r.prompt_tokens, r.completion_tokens, r.spec_verify_ct, r.stream)
         self.metrics.on_forward(actual, kind != "prefill", graph)
         self._occ_gpu_s += sum(actual.values())
