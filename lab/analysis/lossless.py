@@ -213,7 +213,8 @@ def summary_line(entry: Mapping[str, Any], baseline: str | None) -> str:
     text = f"lossless: {k}/{n} outputs identical to {baseline}'s token for token ({100 * k / n:.1f} %)"
     if entry.get("first_divergence_token_min") is not None:
         bad = sum(1 for p in entry.get("prompts", ()) if p["identical"] < p["pairs"])
-        text += f", {_n(bad, 'prompt')} diverge, first at token {entry['first_divergence_token_min']}"
+        text += (f"; {bad} of {_n(len(entry.get('prompts', ())), 'prompt')} differ, first at token "
+                 f"{entry['first_divergence_token_min']}")
     if entry.get("missing_ids"):
         text += f"; {entry['missing_ids']} pairs without output_ids not checked"
     return text

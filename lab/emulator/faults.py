@@ -115,6 +115,12 @@ def parse_faults(texts: list[str] | tuple[str, ...] | None) -> "Faults":
     return f
 
 
+def _active(value: object) -> bool:
+    """A fault field is set: not None and not False (``0`` is a value: ``crash-after=0``,
+    ``diverge-at=0``; ``0 in (None, False)`` would be True)."""
+    return value is not None and value is not False
+
+
 @dataclasses.dataclass
 class Faults:
     """The active faults of one emulator process, and their hooks (all no-ops by default)."""
@@ -133,15 +139,14 @@ class Faults:
 
     def any(self) -> bool:
         """True if any fault is active."""
-        return any(getattr(self, f.name) not in (None, False) for f in dataclasses.fields(self)
-                   if f.name != "generate_count")
+        return any(_active(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "generate_count")
 
     def describe(self) -> str:
         """``"crash-after=3, ignore-sigterm"``: the active faults as flags."""
         out = []
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name == "generate_count" or v in (None, False):
+            if f.name == "generate_count" or not _active(v):
                 continue
             out.append(f.name.replace("_", "-") + ("" if v is True else f"={v}"))
         return ", ".join(out)
@@ -206,7 +211,8 @@ class Faults:
         if self.diverge_at is None or not speculative:
             return None
         share = 1.0 if self.diverge_share is None else self.diverge_share
-        return self.diverge_at if int(prompt_digest, 16) / 2.0 ** (4 * len(prompt_digest)) < share else None
+        frac = int(prompt_digest, 16) / 2.0 ** (4 * len(prompt_digest))  # may round up to 1.0
+        return self.diverge_at if share >= 1.0 or frac < share else None
 
     async def on_health(self, busy: bool) -> None:
         """Delay ``/health`` while requests run."""
