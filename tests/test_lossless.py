@@ -207,10 +207,13 @@ def test_diverge_fault_flags():
 
 @pytest.mark.integration
 def test_emulator_modes_agree_and_the_check_catches_the_diverge_fault(tmp_path):
-    """Real emulator launches through run_mode: baseline and eagle3_decode agree 100 %, with no
-    looping-output flag; a launch with ``diverge-at=3, diverge-share=0.5`` is caught, and the
-    warning names exactly the prompts the emulator's ground truth says it altered."""
-    from lab.analysis.compare import add_lossless
+    """Real emulator launches through run_mode, then the compare stage: baseline and
+    eagle3_decode agree 100 %, with no looping-output flag; a launch with ``diverge-at=3,
+    diverge-share=0.5`` is caught, and the warning names exactly the prompts the emulator's
+    ground truth says it altered, in summary.md, report.html, summary.json and MLflow."""
+    from mlflow.tracking import MlflowClient
+
+    from lab.analysis.compare import run_compare
     from lab.emulator.truth import load_truth
     from lab.pipeline.bench import run_mode
     from lab.workload.dataset import load_prompts
@@ -236,8 +239,7 @@ def test_emulator_modes_agree_and_the_check_catches_the_diverge_fault(tmp_path):
                if truth["eagle3_prefill"][r["rid"]]["diverged_from"] is not None}
     sent = {r["prompt_index"] for r in records["eagle3_prefill"]}
     assert 0 < len(altered) < len(sent)  # the share selects some prompts, not all
-    summary = {"rows": [{"mode": m, "point": p} for m in modes for p in ("c1", "c2")], "warnings": {}}
-    add_lossless(summary, clean, res, modes, "baseline")
+    summary = run_compare(clean, modes, res, tmp_path / "reports")  # the compare stage
     ll = summary["lossless"]
     ok, bad = ll["modes"]["eagle3_decode"], ll["modes"]["eagle3_prefill"]
     assert (ok["status"], ok["identical_share"], ok["pairs"]) == ("checked", 1.0, 16) and ok["warning"] is None
@@ -246,13 +248,26 @@ def test_emulator_modes_agree_and_the_check_catches_the_diverge_fault(tmp_path):
     assert all(d["first_divergence_token"] == k for d in bad["divergent"])
     assert bad["identical"] == sum(r["prompt_index"] not in altered for r in records["eagle3_prefill"])
     heads = {i: p.messages[-1]["content"] for i, p in enumerate(load_prompts(ROOT / clean.bench.dataset))}
-    [w] = summary["warnings"]["eagle3_prefill"]
+    [w] = ll["warnings"]["eagle3_prefill"]
+    assert w in summary["warnings"]["eagle3_prefill"]  # beside the run's hygiene warnings
     for pi in altered:
         assert f'#{pi} "{" ".join(heads[pi].split())[:20]}' in w
     for pi in sent - altered:
         assert f"#{pi} " not in w
-    assert "eagle3_decode" not in summary["warnings"]
+    assert "eagle3_decode" not in ll["warnings"]
+    assert not any("lossless" in x for x in summary["warnings"].get("eagle3_decode", []))
     rows = {(r["mode"], r["point"]): r for r in summary["rows"]}
     assert rows[("eagle3_decode", "c1")]["lossless_identical_share"] == 1.0
     assert "lossless_identical_share" not in rows[("baseline", "c1")]
-    assert "eagle3_prefill" in answer_text({"baseline": "baseline", "modes": {m: {} for m in modes}, **summary})
+    md = (tmp_path / "reports" / "summary.md").read_text()
+    assert "  - lossless: 16/16 outputs identical to baseline's token for token (100.0 %)" in md
+    assert f"- (eagle3_prefill) {w}" in md
+    html = (tmp_path / "reports" / "report.html").read_text()
+    assert "Lossless check: output token ids" in html and "lossless check: " in html
+    flat = json.loads((tmp_path / "reports" / "summary.json").read_text())
+    assert flat["eagle3_decode.lossless.identical_share"] == 1.0
+    assert flat["eagle3_prefill.lossless.first_divergence_token_min"] == k
+    assert flat["eagle3_prefill.lossless.divergent_prompts"] == len(altered)
+    metrics = MlflowClient(tracking_uri=clean.mlflow.tracking_uri).get_run(summary["mlflow_run_id"]).data.metrics
+    assert metrics["eagle3_prefill.lossless.identical_share"] == pytest.approx(bad["identical_share"])
+    assert "lossless_identical_share" in (tmp_path / "reports" / "summary.csv").read_text().splitlines()[0]
