@@ -160,6 +160,17 @@ def test_answer_summary_and_metrics_carry_the_check():
     assert not any(line.startswith("    lossless:") for line in older.splitlines())
 
 
+def test_lab_summary_prints_the_lossless_line(tmp_path, capsys):
+    from lab.pipeline.cli import print_summary
+
+    ll = check_lossless({"baseline": workload("baseline"), "eagle3": workload("eagle3")}, "baseline", temperature=0.0)
+    (tmp_path / "comparison.json").write_text(json.dumps(
+        {"baseline": "baseline", "modes": {"eagle3": {"c1": {"concurrency": 1}}}, "lossless": ll, "warnings": {}}))
+    (tmp_path / "summary.csv").write_text("mode,point,concurrency\neagle3,c1,1\n")
+    assert print_summary(tmp_path) == 0
+    assert "    lossless: 12/12 outputs identical to baseline's token for token (100.0 %)" in capsys.readouterr().out
+
+
 # --------------------------------------------------------------------------- emulator
 def test_emulator_tokens_are_a_function_of_the_prompt_when_greedy():
     assert is_greedy({"temperature": 0}) and is_greedy({"temperature": 0.9, "top_k": 1})
