@@ -217,6 +217,38 @@ def test_diverge_fault_flags():
 
 
 @pytest.mark.integration
+def test_emulator_streams_the_same_ids_cumulative_or_incremental(tmp_path):
+    """A live emulator with and without --incremental-streaming-output, read by the lab's client:
+    the same ids for the same prompt, in the text's order, whatever the rid, concurrency or mode."""
+    import asyncio
+
+    from lab.measure.client import run_requests_sync
+    from test_emulator import Server
+
+    spec = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d", "--speculative-num-steps", "2",
+            "--speculative-eagle-topk", "1", "--emulator-profile", "fast"]
+    srv = {"cum": Server(tmp_path, "cum", ["--emulator-profile", "fast"]),
+           "inc": Server(tmp_path, "inc", spec + ["--incremental-streaming-output"])}
+    try:
+        async def ready():
+            await asyncio.gather(*(s.wait_ready() for s in srv.values()))
+
+        asyncio.run(ready())
+        texts = [(i, f"prompt {i % 3}") for i in range(6)]
+        out = {name: run_requests_sync(s.url, texts, concurrency=c, max_new_tokens=24, temperature=0.0, timeout_s=30,
+                                       rid_prefix=f"{name}-c{c}-r0")
+               for (name, s), c in zip(srv.items(), (1, 3))}
+    finally:
+        for s in srv.values():
+            s.stop()
+    for name, recs in out.items():
+        assert all(r["ok"] and len(r["output_ids"]) == 24 for r in recs), name
+        assert all(r["output_ids"] == [token_id(w) for w in r["output_text"].split()] for r in recs), name
+    assert [r["output_ids"] for r in out["cum"]] == [r["output_ids"] for r in out["inc"]]
+    assert out["cum"][0]["output_ids"] == out["cum"][3]["output_ids"] != out["cum"][1]["output_ids"]
+
+
+@pytest.mark.integration
 def test_emulator_modes_agree_and_the_check_catches_the_diverge_fault(tmp_path):
     """Real emulator launches through run_mode, then the compare stage: baseline and
     eagle3_decode agree 100 %, with no looping-output flag; a launch with ``diverge-at=3,

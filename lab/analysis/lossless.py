@@ -1,8 +1,10 @@
 """The lossless check: does each speculative mode's output match plain decoding token for token?
 
-EAGLE-3 is lossless by construction (Li et al., "EAGLE-3", 2025, sec. 3: the target model
-verifies every drafted token, so at temperature 0 the accepted tokens are the ones greedy
-decoding would emit). A speculative output that differs from the baseline's at temperature 0
+EAGLE-3 is lossless by construction: like all speculative decoding (Leviathan et al., "Fast
+Inference from Transformers via Speculative Decoding", ICML 2023) the target model verifies
+every drafted token and keeps only those it would have produced itself, so at temperature 0
+the output is the greedy decoding's token for token (the EAGLE papers, Li et al. 2024-2025,
+state the same for EAGLE-3). A speculative output that differs from the baseline's at temperature 0
 points to a verify bug, a numerics difference between the verify and decode kernels (batch
 shape, attention backend), or a sampling setting.
 
