@@ -251,10 +251,6 @@ class BenchParams(_Strict):
     sentinel_history_runs: int = Field(5, ge=1)
     sentinel_alpha: float = Field(0.01, gt=0.0, lt=1.0)
     sentinel_min_effect: float = Field(0.02, ge=0.0)
-    # Lossless check (lab/analysis/lossless.py): at temperature 0 a speculative mode whose share of
-    # outputs identical to the baseline's, token for token, is below this gets a warning
-    # naming the divergent prompts (1.0: every output must match; EAGLE-3 is lossless).
-    lossless_min_identical_share: float = Field(1.0, ge=0.0, le=1.0)
 
     @field_validator("concurrency")
     @classmethod
@@ -267,6 +263,20 @@ class BenchParams(_Strict):
         if len(set(v)) != len(v):
             raise ValueError(f"duplicate levels in {v}. Fix: list each level once")
         return v
+
+
+class LosslessParams(_Strict):
+    """The lossless check of the compare stage (:mod:`lab.analysis.lossless`).
+
+    At temperature 0 a speculative mode whose share of outputs identical to the baseline's,
+    token for token, is below ``min_identical_share`` gets a warning naming the divergent
+    prompts (1.0: every output must match; EAGLE-3 is lossless). Its own section, not
+    ``bench``: only the compare stage reads it, so editing it re-runs ``compare`` alone and
+    leaves the bench stages and the sentinel's configuration hash (``bench`` is part of it)
+    as they are.
+    """
+
+    min_identical_share: float = Field(1.0, ge=0.0, le=1.0)
 
 
 class MlflowParams(_Strict):
@@ -324,6 +334,7 @@ class LabParams(_Strict):
     emulator: EmulatorParams = Field(default_factory=EmulatorParams)
     modes: dict[str, ModeParams]
     bench: BenchParams = Field(default_factory=BenchParams)
+    lossless: LosslessParams = Field(default_factory=LosslessParams)
     mlflow: MlflowParams = Field(default_factory=MlflowParams)
     physics: PhysicsParams = Field(default_factory=PhysicsParams)
     # Grid of extra modes, expanded into `modes` by `lab sweep` (validated by lab.pipeline.sweep).

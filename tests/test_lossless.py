@@ -71,7 +71,7 @@ def test_divergent_at_k_names_the_prompts():
     [w] = res["warnings"]["eagle3"]
     assert '#1 "Explain speculative decoding to a new e…"' in w and f"first divergence at token {k}" in w
     assert "#0" not in w and "#2" not in w  # only the prompts that diverged are named
-    assert "bench.lossless_min_identical_share" in w
+    assert "lossless.min_identical_share" in w
     # a tolerance: 10/12 identical passes at 0.8
     loose = check_lossless({"baseline": workload("baseline"), "eagle3": workload("eagle3", bad)}, "baseline",
                            temperature=0.0, min_identical_share=0.8)
@@ -118,12 +118,16 @@ def test_like_with_like_failed_unmatched_sampled_skipped():
 
 
 def test_threshold_param_validated():
-    from lab.config import BenchParams
+    from lab.config import LosslessParams, ParamsError, load_params
 
-    assert BenchParams().lossless_min_identical_share == 1.0
+    assert load_params().lossless.min_identical_share == 1.0  # params.yaml's default
     for bad in (-0.1, 1.01):
-        with pytest.raises(ValidationError, match="lossless_min_identical_share"):
-            BenchParams(lossless_min_identical_share=bad)
+        with pytest.raises(ValidationError, match="min_identical_share"):
+            LosslessParams(min_identical_share=bad)
+    with pytest.raises(ParamsError, match=r"lossless.min_identical_share: .*Fix"):
+        load_params(overrides={"lossless": {"min_identical_share": 2}})
+    with pytest.raises(ParamsError, match=r"lossless.min_share: unknown key"):
+        load_params(overrides={"lossless": {"min_share": 0.9}})
 
 
 # --------------------------------------------------------------------------- answer, summary, metrics

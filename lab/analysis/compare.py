@@ -218,7 +218,7 @@ def add_lossless(summary: dict[str, Any], params: LabParams, results_dir: Path, 
     skip = {m: "simulated acceptance (SGLANG_SIMULATE_ACC_LEN) accepts draft tokens unverified"
             for m in modes if m in params.modes and params.modes[m].simulate_accept_length is not None}
     res = check_lossless(records, baseline, temperature=params.bench.temperature,
-                         min_identical_share=params.bench.lossless_min_identical_share, prompt_texts=texts, skip=skip)
+                         min_identical_share=params.lossless.min_identical_share, prompt_texts=texts, skip=skip)
     summary["lossless"] = res
     for mode, ws in res["warnings"].items():
         summary.setdefault("warnings", {}).setdefault(mode, []).extend(ws)

@@ -151,7 +151,7 @@ def _check_mode(mode: str, base: dict, other: dict, baseline: str, min_share: fl
         more = f"; and {len(bad) - NAMED_PROMPTS} more" if len(bad) > NAMED_PROMPTS else ""
         out["warning"] = (f"lossless check: {pairs - identical} of {pairs} outputs ({100 * (1 - share):.1f} %) "
                           f"differ from {baseline}'s token for token at temperature 0 (identical share "
-                          f"{share:.3f} < bench.lossless_min_identical_share {min_share:g}), first at token "
+                          f"{share:.3f} < lossless.min_identical_share {min_share:g}), first at token "
                           f"{out['first_divergence_token_min']}; {_n(len(bad), 'prompt')}: {named}{more}. A verify bug, "
                           "a numerics difference between verify and decode kernels, or a sampling setting; "
                           "per-request detail in reports/comparison.json (lossless)")
@@ -169,7 +169,7 @@ def check_lossless(records: Mapping[str, Iterable[Mapping[str, Any]]], baseline:
     :param baseline: the plain-decoding mode (None: nothing is checked).
     :param temperature: the benchmark's sampling temperature; above 0 nothing is checked.
     :param min_identical_share: a checked mode whose identical share is below this fails
-        and gets a warning naming its divergent prompts (``bench.lossless_min_identical_share``).
+        and gets a warning naming its divergent prompts (``lossless.min_identical_share`` in params.yaml).
     :param prompt_texts: ``prompt_index -> text`` for the warning's short heads (optional).
     :param skip: ``mode -> reason`` for modes whose outputs are not expected to match.
     :returns: ``{"baseline", "temperature", "min_identical_share", "method", "modes": {mode:
