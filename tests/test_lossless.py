@@ -132,7 +132,7 @@ def test_threshold_param_validated():
 
 # --------------------------------------------------------------------------- answer, summary, metrics
 def test_answer_summary_and_metrics_carry_the_check():
-    from lab.analysis.compare import _lean
+    from lab.analysis.compare import lean_numbers
 
     def bad(point, repeat, slot, prompt):
         return BASE_IDS[:2] + [7, 7, 7, 7] if prompt == 2 else BASE_IDS
@@ -154,7 +154,7 @@ def test_answer_summary_and_metrics_carry_the_check():
     for render in (answer_markdown, answer_html):
         out = render(comp)
         assert "outputs identical to baseline" in out and "Summarise the seeds" in out, render
-    flat = _lean({"modes": {}, "lossless": ll})
+    flat = lean_numbers({"modes": {}, "lossless": ll})
     assert flat["eagle3_decode.lossless.identical_share"] == 1.0
     assert flat["eagle3_prefill.lossless.identical_share"] == pytest.approx(8 / 12)
     assert flat["eagle3_prefill.lossless.first_divergence_token_min"] == 2.0
@@ -260,7 +260,7 @@ def test_emulator_modes_agree_and_the_check_catches_the_diverge_fault(tmp_path):
     ground truth says it altered, in summary.md, report.html, summary.json and MLflow."""
     from mlflow.tracking import MlflowClient
 
-    from lab.analysis.compare import run_compare
+    from lab.pipeline.compare import run_compare
     from lab.emulator.truth import load_truth
     from lab.pipeline.bench import run_mode
     from lab.workload.dataset import load_prompts
