@@ -147,7 +147,12 @@ def test_mlflow_holds_mode_runs_and_comparison(repo):
 def test_dvc_reruns_only_what_changed(repo):
     status = _dvc(repo, "status", "--json")
     assert json.loads(status.stdout or "{}") == {}, status.stdout  # nothing to run
-    params = yaml.safe_load((repo / "params.yaml").read_text())
+    original = (repo / "params.yaml").read_text()
+    params = yaml.safe_load(original)
+    params["lossless"]["min_identical_share"] = 0.9  # read by compare only (lab/analysis/lossless.py)
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {"compare"}
+    params = yaml.safe_load(original)
     params["modes"]["eagle3_decode"]["num_steps"] = 3
     params["modes"]["eagle3_decode"]["num_draft_tokens"] = 4
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
