@@ -55,7 +55,7 @@ def mode_run_params(params, mode_name: str) -> dict[str, str]:
     return flatten_params({
         "engine": params.engine, "mode_name": mode_name, "model": params.model.model_dump(),
         "server": params.server.model_dump(), "mode": params.mode(mode_name).model_dump(),
-        "bench": params.bench.model_dump(),
+        "bench": params.bench.model_dump(), "lossless": params.lossless.model_dump(),
         **({"emulator": params.emulator.model_dump()} if params.engine == "emulator" else {}),
         "mlflow": mlflow})
 
