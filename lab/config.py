@@ -299,6 +299,20 @@ class BenchParams(_Strict):
         return v
 
 
+class LosslessParams(_Strict):
+    """The lossless check of the compare stage (:mod:`lab.analysis.lossless`).
+
+    At temperature 0 a speculative mode whose share of outputs identical to the baseline's,
+    token for token, is below ``min_identical_share`` gets a warning naming the divergent
+    prompts (1.0: every output must match; EAGLE-3 is lossless). Its own section, not
+    ``bench``: only the compare stage reads it, so editing it re-runs ``compare`` alone and
+    leaves the bench stages and the sentinel's configuration hash (``bench`` is part of it)
+    as they are.
+    """
+
+    min_identical_share: float = Field(1.0, ge=0.0, le=1.0)
+
+
 class MlflowParams(_Strict):
     """MLflow tracking.
 
@@ -367,6 +381,7 @@ class LabParams(_Strict):
     emulator: EmulatorParams = Field(default_factory=EmulatorParams)
     modes: dict[str, ModeParams]
     bench: BenchParams = Field(default_factory=BenchParams)
+    lossless: LosslessParams = Field(default_factory=LosslessParams)
     mlflow: MlflowParams = Field(default_factory=MlflowParams)
     physics: PhysicsParams = Field(default_factory=PhysicsParams)
     # Grid of extra modes, expanded into `modes` by `lab sweep` (validated by lab.pipeline.sweep).

@@ -4,7 +4,7 @@ Definitions (one place; the bench stage and the comparison both call these):
 
 - A request is **good** when it succeeded and meets every limit of ``bench.slo``: its
   ``ttft_ms`` <= ``slo.ttft_ms`` and its ``tpot_ms`` <= ``slo.tpot_ms`` (per request, as
-  :func:`lab.measure.metrics.request_metrics` defines them; a 1-token request has TPOT 0).
+  :func:`lab.measure.records.request_metrics` defines them; a 1-token request has TPOT 0).
   This is vLLM's goodput rule (``vllm/benchmarks/serve.py`` ``calculate_metrics``:
   ``is_good_req = all(s >= r ...)`` over the SLO'd per-request metrics, TPOT 0 when
   ``output_len <= 1``), also AIPerf's ``goodput`` (requests meeting every ``--goodput``
@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from lab.analysis import stats
-from lab.measure import metrics as M
+from lab.measure.records import request_metrics
 
 __all__ = ["LOAD_METRICS", "load_settings", "is_good", "run_load_metrics", "pareto_front", "goodput_speedup", "beats_up_to",
            "beats_sentence", "slo_text", "add_load"]
@@ -87,7 +87,7 @@ def run_load_metrics(records: Sequence[Mapping[str, Any]], wall_s: float, slo: A
     """:data:`LOAD_METRICS` of one run (module docstring for the definitions).
 
     :param records: client records of the run (:mod:`lab.measure.client`).
-    :param wall_s: the run's measured window, seconds (> 0; :func:`lab.measure.metrics.measured_window_s`).
+    :param wall_s: the run's measured window, seconds (> 0; :func:`lab.measure.records.measured_window_s`).
     :param slo: ``bench.slo`` (or a mapping with ``ttft_ms``/``tpot_ms``).
     :param rate_req_s: the offered rate of an open-loop point (None: a closed-loop point);
         goodput then divides by ``len(records) / rate_req_s`` instead of ``wall_s``.
@@ -103,7 +103,7 @@ def run_load_metrics(records: Sequence[Mapping[str, Any]], wall_s: float, slo: A
     good = good_tok = ok = 0
     per_user: list[float] = []
     for r in records:
-        m = M.request_metrics(r)
+        m = request_metrics(r)
         if not m["ok"]:
             continue
         ok += 1

@@ -5,7 +5,8 @@ Written by :class:`TruthWriter` from the engine thread; read by tests and analys
 seconds (CLOCK_MONOTONIC: comparable across processes of one machine).
 
 Line kinds: ``header`` (first), ``prefill`` / ``decode`` / ``spec`` (one per iteration),
-``request`` (one per finished request) and ``sent`` (one per streamed request, written by
+``request`` (one per finished request; ``diverged_from``: the token position from which the
+``diverge-at`` fault altered its output, or null) and ``sent`` (one per streamed request, written by
 the HTTP layer: when its first and last content chunks were written to the socket).
 """
 

@@ -1,7 +1,7 @@
 """The answer in a few lines: per mode, its speedup over the baseline at each concurrency.
 
 One renderer for every place that states the answer: the end of ``dvc repro`` (printed by
-the compare stage, :mod:`lab.pipeline.stage`), the top of ``reports/report.html`` and
+the compare stage, :mod:`lab.pipeline.compare_stage`), the top of ``reports/report.html`` and
 ``reports/summary.md``, and ``lab summary``. Its input is the comparison that
 :func:`lab.pipeline.compare.run_compare` returns and writes to ``reports/comparison.json``:
 
@@ -12,7 +12,9 @@ the compare stage, :mod:`lab.pipeline.stage`), the top of ``reports/report.html`
 - ``load``: :func:`lab.analysis.load.add_load`'s section; its ``sentences`` (one per
   speculative mode: "eagle3_decode beats baseline up to N req/s at this SLO (...)") are
   stated after the per-concurrency lines (None or absent: no rate points);
-- ``warnings``: ``{mode: [text, ...]}`` (measurement hygiene); ``notice``: a sentence
+- ``lossless`` (optional): :func:`lab.analysis.lossless.check_lossless`'s dict; each mode's
+  ``line`` is stated under the mode;
+- ``warnings``: ``{mode: [text, ...]}`` (measurement hygiene, lossless check); ``notice``: a sentence
   when two modes resolved to the same configuration; ``caption``: which engine produced
   the numbers.
 
@@ -74,12 +76,14 @@ class Answer:
     :ivar warnings: :func:`group_warnings` of the comparison's warnings.
     :ivar notice, caption, report: the identical-configuration notice, the engine caption,
         and where ``report.html`` is (or None).
+    :ivar lossless: ``{mode: sentence}`` of the lossless check (empty when not run).
     :ivar load: the open-loop sentences, one per speculative mode (empty: no rate points).
     """
 
-    def __init__(self, rows, baseline, warnings, notice, caption, report, load=()) -> None:
+    def __init__(self, rows, baseline, warnings, notice, caption, report, lossless=None, load=()) -> None:
         self.rows, self.baseline, self.warnings = rows, baseline, warnings
         self.notice, self.caption, self.report = notice, caption, report
+        self.lossless: dict[str, str] = dict(lossless or {})
         self.load = list(load)
 
 
@@ -97,9 +101,11 @@ def build_answer(comparison: dict[str, Any], report_path: str | Path | None = No
             speedups = [(label, t) for k, label in SPEEDUPS if (t := _fmt_speedup(e.get(k)))]
             lines.append((key, speedups, _mean(e, "accept_length"), _mean(e, "verify_ms")))
         rows.append((mode, lines))
+    lossless = {m: e["line"] for m, e in ((comparison.get("lossless") or {}).get("modes") or {}).items()
+                if e.get("line")}
     load = list(((comparison.get("load") or {}).get("sentences") or {}).values())
     return Answer(rows, baseline, group_warnings(comparison.get("warnings")), comparison.get("notice"),
-                  comparison.get("caption"), str(report_path) if report_path else None, load)
+                  comparison.get("caption"), str(report_path) if report_path else None, lossless, load)
 
 
 #: Heading of the open-loop sentences (lab.analysis.load).
@@ -125,6 +131,8 @@ def answer_text(comparison: dict[str, Any], report_path: str | Path | None = Non
     for mode, points in a.rows:
         lines.append(f"  {mode}:")
         lines += [f"    {_point_text(*p)}" for p in points]
+        if mode in a.lossless:
+            lines.append(f"    {a.lossless[mode]}")
     if a.load:
         lines.append(f"  {LOAD_HEADING}")
         lines += [f"    {t}" for t in a.load]
@@ -146,6 +154,8 @@ def answer_markdown(comparison: dict[str, Any], report_path: str | Path | None =
     for mode, points in a.rows:
         lines.append(f"- **{mode}**")
         lines += [f"  - {_point_text(*p)}" for p in points]
+        if mode in a.lossless:
+            lines.append(f"  - {a.lossless[mode]}")
     if a.load:
         lines += ["", f"**{LOAD_HEADING}**", ""] + [f"- {t}" for t in a.load]
     if a.caption:
@@ -165,7 +175,9 @@ def answer_html(comparison: dict[str, Any], report_path: str | Path | None = Non
     e = html.escape
     out = [f'<section class="answer"><p><b>{e(_headline(a))}</b></p><ul>']
     for mode, points in a.rows:
-        out.append(f"<li><b>{e(mode)}</b><ul>" + "".join(f"<li>{e(_point_text(*p))}</li>" for p in points) + "</ul></li>")
+        extra = f"<li>{e(a.lossless[mode])}</li>" if mode in a.lossless else ""
+        out.append(f"<li><b>{e(mode)}</b><ul>" + "".join(f"<li>{e(_point_text(*p))}</li>" for p in points)
+                   + extra + "</ul></li>")
     out.append("</ul>")
     if a.load:
         out.append(f"<p><b>{e(LOAD_HEADING)}</b></p><ul>" + "".join(f"<li>{e(t)}</li>" for t in a.load) + "</ul>")
