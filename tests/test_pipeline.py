@@ -215,7 +215,9 @@ def test_dvc_repro_ends_with_the_answer(repo):
     assert "c1: decode tok/s 0.7" in answer and "eagle3_decode:" in answer and "accept length" in answer
     assert "Warning (baseline, eagle3_prefill, eagle3_decode): c=4" in answer
     # lossless check (lab/analysis/lossless.py): the emulator's greedy outputs agree in every mode
-    pairs = SMALL_BENCH["num_prompts"] * len(SMALL_BENCH["concurrency"]) * SMALL_BENCH["repeats"]
+    rates = yaml.safe_load((repo / "params.yaml").read_text())["bench"].get("request_rates") or []
+    points = len(SMALL_BENCH["concurrency"]) + len(rates)  # every point streams the same prompts (c<N> and r<R>)
+    pairs = SMALL_BENCH["num_prompts"] * points * SMALL_BENCH["repeats"]
     for mode in ("eagle3_prefill", "eagle3_decode"):
         assert comp["lossless"]["modes"][mode]["identical_share"] == 1.0
     assert f"lossless: {pairs}/{pairs} outputs identical to baseline's token for token (100.0 %)" in answer
