@@ -192,3 +192,55 @@ def test_measurement_points_add_rate_points_after_the_levels():
     assert [(p.request_rate, p.concurrency, p.context_tokens, p.output_tokens) for p in pts[-2:]] == [
         (4.0, 16, 0, 64), (0.5, 16, 0, 64)]  # primary context/output length; concurrency = the in-flight cap
     assert all(p.request_rate is None for p in pts[:4])
+
+
+def _frame(rate_points: bool):
+    import pandas as pd
+
+    rows = []
+    for mode, good in (("baseline", [4.0, 4.0, 3.5]), ("eagle3_decode", [4.0, 4.0, 4.0])):
+        for rep, g in enumerate(good):
+            rows.append({"mode": mode, "point": "c1", "concurrency": 1, "repeat": rep, "request_rate": None,
+                         "goodput_req_s": 1.0, "goodput_tok_s": 64.0, "slo_attainment": 1.0,
+                         "output_tok_s_per_user": 80.0 if mode == "baseline" else 90.0})
+            if rate_points:
+                rows.append({"mode": mode, "point": "r4", "concurrency": 0, "repeat": rep, "request_rate": 4.0,
+                             "goodput_req_s": g, "goodput_tok_s": 64 * g, "slo_attainment": g / 4,
+                             "output_tok_s_per_user": 70.0 if mode == "baseline" else 85.0})
+    return pd.DataFrame(rows)
+
+
+def _summary(runs):
+    pts = {m: {k: {"concurrency": int(runs[(runs["mode"] == m) & (runs["point"] == k)]["concurrency"].iloc[0]),
+                   "output_tok_s": {"mean": 100.0 if k == "c1" else 250.0}}
+               for k in dict.fromkeys(runs[runs["mode"] == m]["point"])} for m in ("baseline", "eagle3_decode")}
+    return {"modes": pts, "rows": [{"mode": m, "point": k} for m, p in pts.items() for k in p]}
+
+
+def test_add_load_goodput_sentence_and_pareto_rows():
+    from lab.analysis.load import add_load
+
+    runs = _frame(rate_points=True)
+    summary = _summary(runs)
+    results = {m: {"load": {"slo": SLO, "burstiness": 1.0}} for m in ("baseline", "eagle3_decode")}
+    flat, pareto = add_load(summary, runs, results, "baseline")
+    e = summary["modes"]["eagle3_decode"]["r4"]
+    assert e["goodput_req_s"]["mean"] == pytest.approx(4.0) and e["speedup_goodput_req_s"]["paired"]
+    # per repeat 1, 1, 4/3.5: the paired geometric mean, its interval includes 1 -> a tie
+    assert e["speedup_goodput_req_s"]["ratio"] == pytest.approx((4 / 3.5) ** (1 / 3))
+    assert summary["load"]["sentences"]["eagle3_decode"].startswith("eagle3_decode ties with baseline")
+    assert flat["eagle3_decode.r4.goodput_req_s"] == pytest.approx(4.0) and flat["eagle3_decode.beats_up_to_req_s"] == 0
+    assert {(p["mode"], p["point"], p["kind"], p["on_frontier"]) for p in pareto} == {
+        ("baseline", "c1", "concurrency", True), ("baseline", "r4", "rate", True),
+        ("eagle3_decode", "c1", "concurrency", True), ("eagle3_decode", "r4", "rate", True)}
+    row = next(r for r in summary["rows"] if (r["mode"], r["point"]) == ("eagle3_decode", "r4"))
+    assert row["verdict_goodput_req_s"] == "not distinguishable" and row["request_rate"] == 4.0
+    # no rate point measured: goodput per point still, but no sentence
+    closed = _frame(rate_points=False)
+    s2 = _summary(closed)
+    add_load(s2, closed, results, "baseline")
+    assert s2["load"]["sentences"] == {} and "goodput_req_s" in s2["modes"]["eagle3_decode"]["c1"]
+    # results from before open-loop load: nothing added
+    s3 = _summary(closed)
+    assert add_load(s3, closed.drop(columns=["goodput_req_s"]), {"baseline": {}}, "baseline") == ({}, None)
+    assert s3["load"] is None

@@ -328,8 +328,9 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
                                             [p["output_tok_s"] for p in mine])):
             p["on_frontier"] = on
     sentences, beats = {}, {}
+    measured_rates = "request_rate" in runs and runs["request_rate"].notna().any()
     for mode in summary["modes"]:
-        if baseline is None or mode == baseline:
+        if baseline is None or mode == baseline or not measured_rates:  # no rate point: no sentence
             continue
         v = verdicts.get(mode, {})
         sentences[mode] = beats_sentence(mode, baseline, v, slo)
