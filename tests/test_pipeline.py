@@ -81,9 +81,18 @@ def test_prefill_verify_matches_ground_truth_and_profile_matches_seeds(repo):
 
 
 def test_compare_outputs_and_verdicts(repo):
+    """Speedups against what the emulator actually delivered (its ground truth), and each
+    verdict read off its own interval: a busy machine may slow the emulator, and then the
+    verdict may honestly change, but it must still agree with what happened."""
+    from lab.analysis import stats
+
     summary = json.loads((repo / "reports" / "comparison.json").read_text())
-    assert summary["modes"]["eagle3_prefill"]["c1"]["speedup_decode_tok_s"]["verdict"] == "slower"
-    assert summary["modes"]["eagle3_decode"]["c1"]["speedup_decode_tok_s"]["ratio"] > 1.0
+    base_truth = _result(repo, "baseline")["ground_truth"]["c1"]["decode_tok_s"]
+    for mode in ("eagle3_prefill", "eagle3_decode"):
+        sp = summary["modes"][mode]["c1"]["speedup_decode_tok_s"]
+        truth_ratio = _result(repo, mode)["ground_truth"]["c1"]["decode_tok_s"] / base_truth
+        assert sp["ratio"] == pytest.approx(truth_ratio, rel=0.05), mode
+        assert sp["verdict"] == stats.verdict(sp["ratio"], sp["ci95_lo"], sp["ci95_hi"])
     assert "emulator" in summary["caption"] and "Not a GPU measurement" in summary["caption"]
     for name in ("decode_tok_s", "latency_ms", "accept_length", "speedup"):
         assert (repo / "reports" / "figures" / f"{name}.png").stat().st_size > 10_000
