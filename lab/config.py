@@ -184,6 +184,16 @@ class ModeParams(_Strict):
         return self.algorithm is not None
 
 
+class DatasetColumns(_Strict):
+    """Which columns of a Hugging Face dataset hold the prompt, its category and its id
+    (``bench.dataset_columns``; :mod:`lab.workload.sources`). ``prompt``'s value may be a
+    string, a list of turns (the first is sent) or a list of ``{role, content}`` messages."""
+
+    prompt: str = Field(min_length=1)
+    category: str | None = None
+    id: str | None = None
+
+
 class BenchParams(_Strict):
     """Client-side workload, swept inside one server launch.
 
@@ -192,6 +202,13 @@ class BenchParams(_Strict):
     """
 
     dataset: str = "data/prompts.jsonl"
+    # A Hugging Face dataset instead of the local JSONL (lab/workload/sources.py): bench.dataset
+    # is then its id (owner/name), loaded with `datasets` (extra `hf`) on the bench node.
+    dataset_split: str | None = None          # e.g. train, test
+    dataset_subset: str | None = None         # the HF config name, e.g. main for openai/gsm8k
+    dataset_revision: str | None = None       # a commit or tag; pin it for reproducible runs
+    dataset_columns: DatasetColumns | None = None
+    dataset_category: str | None = None       # fixed category of a single-task set, e.g. math
     num_prompts: int = Field(8, ge=1)
     max_new_tokens: int = Field(64, ge=2)
     concurrency: list[int] = Field(default_factory=lambda: [1, 8])
@@ -214,6 +231,13 @@ class BenchParams(_Strict):
     profile: bool = False
     profile_requests: int = Field(2, ge=1)
     profile_max_new_tokens: int = Field(16, ge=2)
+
+    @model_validator(mode="after")
+    def _dataset_source(self) -> "BenchParams":
+        from lab.workload.sources import check_dataset_params
+
+        check_dataset_params(self)  # ValueError names the key and the fix
+        return self
 
     @field_validator("context_tokens")
     @classmethod

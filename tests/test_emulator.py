@@ -45,7 +45,7 @@ DECODE_LINE = re.compile(
 # --------------------------------------------------------------------------- unit
 def test_profile_matches_seed_numbers():
     p, path = load_profile("kimi_k25_tp8_pcie")
-    assert path == PROFILES_DIR / "kimi_k25_tp8_pcie.json" and p.version == 1
+    assert path == PROFILES_DIR / "kimi_k25_tp8_pcie.json" and p.version == 2  # 2: acceptance.per_category
     assert p.decode_s(1, 0, graph=True) == pytest.approx(0.012, abs=1e-9)
     assert not p.verify_graph_captured("prefill") and p.verify_graph_captured("decode")
     assert p.verify_s(1, 3, 0, "prefill", graph=False) == pytest.approx(0.029, abs=1e-9)

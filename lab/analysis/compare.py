@@ -73,8 +73,8 @@ def runs_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
 
 
 def requests_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
-    """One row per measured ok request at a primary point: mode, concurrency, completion_tokens,
-    spec_verify_ct, accept_length."""
+    """One row per measured ok request at a primary point: mode, concurrency, point, rid,
+    prompt_index, completion_tokens, spec_verify_ct, accept_length."""
     import pandas as pd
 
     rows = []
@@ -89,7 +89,8 @@ def requests_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
                     continue  # failed, or off the primary context/output length
                 meta = r.get("meta_info") or {}
                 ct, vct = r.get("completion_tokens"), meta.get("spec_verify_ct")
-                rows.append({"mode": mode, "concurrency": r.get("concurrency"), "completion_tokens": ct,
+                rows.append({"mode": mode, "concurrency": r.get("concurrency"), "point": f"c{r.get('concurrency')}",
+                             "rid": r.get("rid"), "prompt_index": r.get("prompt_index"), "completion_tokens": ct,
                              "spec_verify_ct": vct,
                              "accept_length": (ct / vct) if ct and vct else None})
     return pd.DataFrame(rows)
@@ -234,6 +235,12 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     from lab.report import html as report
 
     summary["figures"].update(report.explain_figures(params, runs, summary, rep_dir / "figures"))
+    from lab.analysis.taskmix import add_taskmix, write_categories_csv  # per prompt category
+    from lab.report.taskmix import draw_taskmix
+
+    write_categories_csv(add_taskmix(summary, results, res_dir, requests_frame(res_dir, modes)),
+                         rep_dir / "categories.csv")  # dvc plots
+    summary["figures"].update(draw_taskmix(summary, rep_dir / "figures"))
     from lab.profiling.report import profile_section  # bench.profile traces, when captured
 
     summary["profile"] = profile_section(results, rep_dir / "figures", baseline=baseline, caption=summary["caption"])
@@ -259,10 +266,14 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
             with open_run(params, run_name=f"compare | {params.engine} | {len(modes)} modes", tags=tags,
                           parent_run_id=parent) as run:
                 run.log_metrics(_lean(summary))
+                from lab.analysis.taskmix import taskmix_metrics
+
+                run.log_metrics(taskmix_metrics(summary.get("taskmix")))  # <mode>.<point>.category.<cat>.*
                 run.log_artifact(rep_dir / "report.html")
                 for fig in summary["figures"].values():
                     run.log_artifact(fig, "figures")
                 run.log_artifact(rep_dir / "summary.csv")
+                run.log_artifact(rep_dir / "categories.csv")
                 summary["mlflow_run_id"] = run.run_id
             finish_parent(params, parent, _lean(summary), {"modes": ",".join(modes)})
         except TrackingError as exc:

@@ -76,9 +76,14 @@ class Engine:
         self.metrics, self.truth, self.log = metrics, truth, log
         self.rng = random.Random(args.random_seed)
         self.accept = None
+        self._accept_by_category: dict[str, AcceptanceModel] = {}  # profile acceptance.per_category
         if args.is_speculative:
-            self.accept = AcceptanceModel(profile.p_accept, args.speculative_num_steps or 1, args.speculative_eagle_topk or 1,
-                                          args.speculative_num_draft_tokens or 2, simulate_acc_len, self.rng)
+            def model(p: float) -> AcceptanceModel:
+                return AcceptanceModel(p, args.speculative_num_steps or 1, args.speculative_eagle_topk or 1,
+                                       args.speculative_num_draft_tokens or 2, simulate_acc_len, self.rng)
+
+            self.accept = model(profile.p_accept)
+            self._accept_by_category = {c: model(n.value) for c, n in profile.acceptance.per_category.items()}
         self.record_step_time = record_step_time
         self.graph_bs = sorted(args.decode_graph_bs)  # a batch up to the largest replays a (padded) graph
         # SGLang env: draft-extend runs eagerly (booked as "extend") even when graphs are on.
@@ -144,7 +149,8 @@ class Engine:
         if self.accept.simulate is not None:
             n = self.accept.draw()
             return {r: n for r in batch}
-        return {r: self.accept.draw_keyed(r.accept_key, r.completion_tokens) for r in batch}
+        return {r: self._accept_by_category.get(r.category, self.accept).draw_keyed(r.accept_key, r.completion_tokens)
+                for r in batch}
 
     # ----------------------------------------------------------------- loop
     def _run(self) -> None:
@@ -208,7 +214,7 @@ class Engine:
                 continue
             self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
                               "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,
-                              "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct,
+                              "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct, "category": r.category,
                               "finish_reason": "abort"}, flush=True)
 
     def _iterate(self, start: float) -> float:
@@ -336,7 +342,7 @@ class Engine:
                 continue
             self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
                               "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,
-                              "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct,
+                              "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct, "category": r.category,
                               "finish_reason": "length"}, flush=True)
             self.metrics.on_finish(r.prompt_tokens, r.completion_tokens, r.spec_verify_ct, r.stream)
         self.metrics.on_forward(actual, kind != "prefill", graph)

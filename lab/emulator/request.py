@@ -64,6 +64,7 @@ class Request:
     loop: bool = False  # generate LOOP_PHRASE repeatedly instead of random words
     accept_key: str = ""  # key of this request's acceptance draws (lab.emulator.http.accept_key)
     fixed_token: bool = False  # SGLang's simulated-acceptance default: every output token is id 100
+    category: str | None = None  # task category of the prompt (lab.emulator.categories), for per-category acceptance
     internal: bool = False  # a /health probe: not in metrics nor ground truth (SGLang log_metrics=False)
     _rng: random.Random | None = None
 

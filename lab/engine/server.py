@@ -148,11 +148,14 @@ def build_server_command(
     *,
     ground_truth_file: str | os.PathLike[str] | None = None,
     python: str = sys.executable,
+    prompt_file: str | os.PathLike[str] | None = None,
 ) -> ServerCommand:
     """The engine launch for ``mode_name`` under ``params.engine``.
 
     :param ground_truth_file: emulator only: where it writes what it actually did.
     :param python: the interpreter that runs the server.
+    :param prompt_file: emulator only: the JSONL prompt file whose categories set per-category
+        acceptance (``--emulator-prompt-categories``, :mod:`lab.emulator.categories`).
     :returns: a :class:`ServerCommand` (argv list + added environment).
     :raises ParamsError: unknown mode.
     """
@@ -180,6 +183,8 @@ def build_server_command(
             argv += ["--emulator-fault", fault]
         if ground_truth_file is not None:
             argv += ["--ground-truth-file", str(ground_truth_file)]
+        if prompt_file is not None:
+            argv += ["--emulator-prompt-categories", str(prompt_file)]
     return ServerCommand(argv=argv, env=env, engine=params.engine,
                          host=params.server.host, port=params.server.port, flags=flags)
 

@@ -37,7 +37,8 @@ from lab.analysis import sentinel
 from lab.analysis import stats
 from lab.config import LabParams, repo_root
 from lab.workload.context import pad_prompt
-from lab.workload.dataset import load_prompts, output_lengths, workload
+from lab.workload.dataset import output_lengths, workload
+from lab.workload.sources import dataset_params, emulator_prompt_file, load_bench_prompts
 from lab.measure.crosscheck import LogWindow, add_cross_checks, window_server_timing
 from lab.engine.effective import effective_config
 from lab.engine.envcapture import capture_environment
@@ -270,7 +271,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     out = out if out.is_absolute() else root / out
     params.mode(mode_name)  # unknown mode: fail before anything else
     _check_writable(out)
-    prompts = load_prompts(root / params.bench.dataset)
+    prompts, dataset_info = load_bench_prompts(params.bench, root)  # file or HF id (lab/workload/sources.py)
     from lab.tracking.grouping import mode_run_name, pipeline_parent
 
     run = open_run(params, run_name=mode_run_name(params, mode_name), tags=run_tags(params, mode=mode_name),
@@ -280,14 +281,17 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     spec = params.mode(mode_name).is_speculative
     levels = sorted(b.concurrency)
     truth_path = out / "ground_truth.jsonl" if params.engine == "emulator" else None
-    cmd = build_server_command(params, mode_name, ground_truth_file=truth_path)
+    cmd = build_server_command(params, mode_name, ground_truth_file=truth_path,
+                               prompt_file=emulator_prompt_file(params, prompts, root, out))
     result: dict[str, Any] = {"status": "failed", "mode": mode_name, "engine": params.engine,
-                              "mlflow_run_id": result_run_id, "server_command": cmd.display()}
+                              "mlflow_run_id": result_run_id, "server_command": cmd.display(),
+                              "dataset": dataset_info}  # per-prompt categories, HF fingerprint
     runs: list[dict[str, Any]] = []
     records_all: list[dict[str, Any]] = []
     telemetry_step = 0
     try:
         run.log_params(mode_run_params(params, mode_name))  # every params.yaml leaf of this mode
+        run.log_params(dataset_params(dataset_info))  # which content the dataset had (HF fingerprint)
         stop_stale_servers(log=log)  # a stale server on our port would fail the port check
         pre = run_preflight(params, [mode_name], python=cmd.argv[0], results_dir=out)
         result["preflight"] = pre.to_dict()

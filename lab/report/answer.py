@@ -115,6 +115,10 @@ def answer_text(comparison: dict[str, Any], report_path: str | Path | None = Non
     for mode, points in a.rows:
         lines.append(f"  {mode}:")
         lines += [f"    {_point_text(*p)}" for p in points]
+    from lab.report.taskmix import taskmix_lines  # per task category, when the prompts have several
+
+    tm = taskmix_lines(comparison)
+    lines += [f"  {tm[0]}"] + [f"    {ln}" for ln in tm[1:]] if tm else []
     if a.caption:
         lines.append(f"  ({a.caption})")
     if a.notice:
@@ -133,6 +137,10 @@ def answer_markdown(comparison: dict[str, Any], report_path: str | Path | None =
     for mode, points in a.rows:
         lines.append(f"- **{mode}**")
         lines += [f"  - {_point_text(*p)}" for p in points]
+    from lab.report.taskmix import taskmix_markdown
+
+    if tm := taskmix_markdown(comparison):
+        lines += ["", tm]
     if a.caption:
         lines += ["", f"_{a.caption}_"]
     if a.notice:
@@ -152,6 +160,9 @@ def answer_html(comparison: dict[str, Any], report_path: str | Path | None = Non
     for mode, points in a.rows:
         out.append(f"<li><b>{e(mode)}</b><ul>" + "".join(f"<li>{e(_point_text(*p))}</li>" for p in points) + "</ul></li>")
     out.append("</ul>")
+    from lab.report.taskmix import taskmix_html
+
+    out.append(taskmix_html(comparison))
     if a.notice:
         out.append(f'<p class="notice">{e(a.notice)}</p>')
     if a.warnings:
