@@ -309,3 +309,52 @@ def test_emulator_per_category_acceptance_matches_ground_truth(tmp_path):
     assert rows["math"]["accept_length_ci95_lo"] > rows["writing"]["accept_length_ci95_hi"]
     by_cat = truth.accept_length_by_category()
     assert by_cat["coding"] > 2.3 and by_cat["writing"] < 1.3
+
+
+# --------------------------------------------------------------------------- bench -> compare -> report
+@pytest.mark.integration
+def test_task_mix_from_bench_to_report_mlflow_and_csv(tmp_path):
+    """Two modes on the default profile (per-category acceptance) through run_mode and
+    run_compare: the per-category accept length equals the emulator's ground truth prompt by
+    prompt, and the task mix reaches categories.csv, summary.md, report.html, the figure and
+    the comparison run's MLflow metrics; the dataset record reaches result.json and MLflow."""
+    from mlflow.tracking import MlflowClient
+
+    from lab.analysis.compare import run_compare
+    from lab.emulator.truth import load_truth
+    from lab.pipeline.bench import run_mode
+    from reliability_util import small_params
+
+    modes = ["baseline", "eagle3_decode"]
+    params = small_params(tmp_path, num_prompts=40, concurrency=[4], max_new_tokens=8)
+    results = {m: run_mode(params, m, tmp_path / "results" / m, log=lambda s: None) for m in modes}
+    cats = [p.category for p in load_prompts(ROOT / params.bench.dataset)]
+    ds = results["eagle3_decode"]["dataset"]
+    assert ds["source"] == "file" and ds["categories"] == cats and len(ds["prompts_sha256"]) == 64
+    client = MlflowClient(tracking_uri=params.mlflow.tracking_uri)
+    mode_run = client.get_run(results["eagle3_decode"]["mlflow_run_id"])
+    assert mode_run.data.params["dataset.prompts_sha256"] == ds["prompts_sha256"]
+
+    summary = run_compare(params, modes, tmp_path / "results", tmp_path / "reports")
+    rows = {r["category"]: r for r in summary["taskmix"]["rows"] if r["mode"] == "eagle3_decode"}
+    assert set(rows) == set(cats)
+    truth = load_truth(tmp_path / "results" / "eagle3_decode" / "ground_truth.jsonl")
+    recs = [json.loads(line) for line in open(tmp_path / "results" / "eagle3_decode" / "requests.jsonl")]
+    recs = [r for r in recs if r.get("point") == "c4" and r["ok"]]
+    for cat, row in rows.items():
+        idx = sorted({r["prompt_index"] for r in recs if cats[r["prompt_index"]] == cat})
+        per_prompt = [truth.accept_length([r["rid"] for r in recs if r["prompt_index"] == i]) for i in idx]
+        assert row["accept_length"] == pytest.approx(sum(per_prompt) / len(per_prompt), rel=1e-12)
+        assert all(truth.requests[r["rid"]]["category"] == cat for r in recs if r["prompt_index"] in idx)
+        assert row["speedup_n_prompts"] == len(idx)
+    csv_rows = pd.read_csv(tmp_path / "reports" / "categories.csv")
+    assert set(csv_rows["category"]) == set(cats) and (csv_rows["mode"] == "eagle3_decode").all()
+    md = (tmp_path / "reports" / "summary.md").read_text()
+    assert "Per task category" in md and "eagle3_decode c4: writing " in md
+    html = (tmp_path / "reports" / "report.html").read_text()
+    assert "Per task category" in html and Path(summary["figures"]["taskmix"]).is_file()
+    metrics = client.get_run(summary["mlflow_run_id"]).data.metrics
+    assert metrics["eagle3_decode.c4.category.coding.accept_length"] == pytest.approx(rows["coding"]["accept_length"])
+    lo = rows["coding"]["speedup_decode_tok_s_ci95_lo"]
+    assert metrics.get("eagle3_decode.c4.category.coding.speedup_decode_tok_s_ci95_lo") == (
+        pytest.approx(lo) if lo is not None else None)

@@ -290,8 +290,8 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     records_all: list[dict[str, Any]] = []
     telemetry_step = 0
     try:
-        run.log_params(mode_run_params(params, mode_name))  # every params.yaml leaf of this mode
-        run.log_params(dataset_params(dataset_info))  # which content the dataset had (HF fingerprint)
+        # every params.yaml leaf of this mode, and which content the dataset had (HF fingerprint)
+        run.log_params({**mode_run_params(params, mode_name), **dataset_params(dataset_info)})
         stop_stale_servers(log=log)  # a stale server on our port would fail the port check
         pre = run_preflight(params, [mode_name], python=cmd.argv[0], results_dir=out)
         result["preflight"] = pre.to_dict()

@@ -9,6 +9,8 @@ the compare stage, :mod:`lab.pipeline.stage`), the top of ``reports/report.html`
 - ``modes``: ``{mode: {point: entry}}``; an entry holds ``concurrency``, the means
   ``accept_length`` / ``verify_ms`` (``{"mean": ...}``) and one ``speedup_<metric>`` per
   compared throughput (``{"ratio", "ci95_lo", "ci95_hi", "verdict"}``);
+- ``taskmix`` (optional): per-category rows of :func:`lab.analysis.taskmix.add_taskmix`,
+  rendered by :mod:`lab.report.taskmix` as the "Per task category" lines;
 - ``warnings``: ``{mode: [text, ...]}`` (measurement hygiene); ``notice``: a sentence
   when two modes resolved to the same configuration; ``caption``: which engine produced
   the numbers.

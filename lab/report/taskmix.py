@@ -111,6 +111,10 @@ def taskmix_figure(summary: dict[str, Any]):
                                     capsize=3, label=mode)
                     else:  # too few prompts for an interval: the value alone, hollow
                         ax.plot(x, r[key], "o", mfc="none", color=colors[mode], label=mode)
+                    n = r.get("accept_n_prompts" if j == 0 else "speedup_n_prompts")
+                    if n is not None:  # prompts behind the point (the interval's n)
+                        ax.annotate(f"n={n}", (x, r[key]), xytext=(4, -3), textcoords="offset points", fontsize=6,
+                                    color="dimgray")
             if key == _SPEEDUP:
                 ax.axhline(1.0, color="gray", lw=0.8, ls="--")
             ax.set_xticks(range(len(cats)), cats, rotation=20)
