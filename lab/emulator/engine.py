@@ -214,7 +214,8 @@ class Engine:
                 continue
             self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
                               "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,
-                              "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct, "category": r.category,
+                              "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct,
+                              "category": r.category,
                               "finish_reason": "abort"}, flush=True)
 
     def _iterate(self, start: float) -> float:
@@ -342,7 +343,8 @@ class Engine:
                 continue
             self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
                               "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,
-                              "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct, "category": r.category,
+                              "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct,
+                              "category": r.category,
                               "finish_reason": "length"}, flush=True)
             self.metrics.on_finish(r.prompt_tokens, r.completion_tokens, r.spec_verify_ct, r.stream)
         self.metrics.on_forward(actual, kind != "prefill", graph)

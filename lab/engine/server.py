@@ -2,8 +2,8 @@
 
 Both engines take the same SGLang 0.5.23 flags (``docs/contracts.md``): the real server is
 ``python -m sglang.launch_server <flags>``, the emulator ``python -m lab.emulator <flags>``
-plus its emulator-only flags (``--emulator-*``, ``--ground-truth-file``). Each mode's speculative flags come from one table,
-:data:`MODE_FLAGS`, so a mode's launch is readable in one place.
+plus its own flags (``--emulator-*``, ``--ground-truth-file``). Each mode's speculative flags
+come from one table, :data:`MODE_FLAGS`, so a mode's launch is readable in one place.
 
 Lifecycle (after guidellm ``tests/e2e/vllm_sim_server.py``): start the command in its own
 process group with output to ``server.log``, record the group id on disk, poll readiness
