@@ -15,7 +15,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from lab.pipeline.bench import BenchError, run_mode
+from lab.measure.point import BenchError
+from lab.pipeline.bench import run_mode
 from lab.config import ParamsError, load_params
 from lab.workload.dataset import DatasetError
 from lab.engine.preflight import PreflightError

@@ -1,1 +1,1 @@
-"""Numbers from measurements: intervals and tests (stats), paired per-prompt speedups (paired), the regression sentinel (sentinel), the break-even model (theory) and the cross-mode comparison (compare)."""
+"""Numbers from measurements: intervals and tests (stats), a mode's repeats into per-point means, headline and ground truth (aggregate), paired per-prompt speedups (paired), accept length and speedup per prompt category (taskmix), the regression sentinel (sentinel), the break-even model (theory) and the cross-mode comparison (compare)."""

@@ -211,7 +211,7 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     :raises CompareError: a mode's results are missing or failed.
     """
     from lab.report import figures
-    from lab.pipeline.bench import write_json_atomic
+    from lab.atomic import write_json_atomic
     from lab.tracking.runs import TrackingError, open_run, run_tags
 
     root = repo_root()

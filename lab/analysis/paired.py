@@ -53,7 +53,7 @@ def load_request_speeds(path: str | Path) -> list[dict[str, Any]]:
     "ok", "decode_tok_s"}``; warm-up requests (no ``point``) are skipped.
 
     ``slot`` is the request's position in its (point, repeat) list, parsed from the
-    ``rid`` suffix ``-r<repeat>-<slot>`` (:func:`lab.pipeline.bench.run_mode` names them so).
+    ``rid`` suffix ``-r<repeat>-<slot>`` (:func:`lab.measure.point.measure_point` names them so).
 
     :returns: ``[]`` when the file is missing.
     """

@@ -231,7 +231,7 @@ def log_to_run(run, result: Mapping[str, Any]) -> None:
     """Tag the MLflow run with ``config_hash`` and ``sentinel.status`` and log each compared
     metric's relative change as ``sentinel.<point>.<metric>.rel_delta``. (The launch values
     the next launches compare with are the headline metrics ``<point>.<metric>``, logged by
-    :mod:`lab.pipeline.bench`.)
+    :mod:`lab.tracking.record`.)
 
     :param run: a :class:`lab.tracking.runs.RunHandle`. :raises lab.tracking.runs.TrackingError: as its methods.
     """

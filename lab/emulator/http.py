@@ -120,7 +120,7 @@ def accept_key(seed: int, prompt: Any, rid: str | None) -> str:
     """The key of a request's acceptance draws: (``--random-seed``, prompt, repeat, index).
 
     ``repeat`` and ``index`` (the request's place in its repeat) come from the lab's request
-    ids ``<mode>-<point>-r<repeat>-<index>`` (``lab/pipeline/bench.py``); the mode name is left out, so
+    ids ``<mode>-<point>-r<repeat>-<index>`` (``lab/measure/point.py``); the mode name is left out, so
     every mode streams the same prompts with the same draws. Other ids: repeat = index = 0.
     """
     m = _LAB_RID.search(rid or "")

@@ -1,6 +1,6 @@
 """Preflight: checks that fail in seconds instead of after a 10-minute model load.
 
-Run before every launch by :func:`lab.pipeline.bench.run_mode` and from the command line as
+Run before every launch by :func:`lab.pipeline.lifetime.prepare` and from the command line as
 ``lab doctor``. With ``engine: sglang`` every check runs; with the emulator only the cheap
 ones (port, disk, dataset, emulator profile), since it needs no GPU, SGLang or weights.
 

@@ -4,7 +4,7 @@ The emulator records what it actually did (docs/contracts.md, "Emulator ground-t
 file"): per request ``arrival`` (request handed to the engine), ``first_token`` and
 ``last_token`` (end of the iteration that produced them), and per iteration its tokens per
 request and its phase durations. :func:`measure_mode` streams the benchmark with
-:mod:`lab.measure.client`, summarises it with :mod:`lab.measure.metrics` exactly as ``lab.pipeline.bench`` does, and
+:mod:`lab.measure.client`, summarises it with :mod:`lab.measure.metrics` exactly as :mod:`lab.measure.point` does, and
 computes the same metric from the ground truth with the *same* definition, so that the
 difference is the client's measurement error and nothing else:
 

@@ -1,1 +1,1 @@
-"""Orchestration: the DVC stage entry point (stage), one mode's benchmark (bench), interrupt handling (interrupt), the `lab` CLI (cli) and sweep expansion (sweep)."""
+"""Orchestration: the DVC stage entry point (stage), one mode's benchmark (bench), the engine's lifetime around it (lifetime), interrupt handling (interrupt), the `lab` CLI (cli) and sweep expansion (sweep)."""

@@ -32,8 +32,8 @@ def relog(results_dir: Path, params_file: str | None = None) -> str:
     :raises FileNotFoundError: no result.json there (run the stage first).
     :raises lab.tracking.runs.TrackingError: MLflow still unreachable.
     """
-    from lab.pipeline.bench import _finish_tracking
     from lab.config import load_params
+    from lab.tracking.record import log_mode_run
     from lab.tracking.runs import flatten_params, open_run, run_tags
 
     result_path = results_dir / "result.json"
@@ -46,7 +46,7 @@ def relog(results_dir: Path, params_file: str | None = None) -> str:
                    tags={**run_tags(params, mode=mode, engine_version=result.get("engine_version")),
                          "relogged_from": str(results_dir)})
     run.log_params(flatten_params({"effective": result.get("effective_config") or {}}))
-    _finish_tracking(run, results_dir, result, "FINISHED" if result["status"] == "ok" else "FAILED", print)
+    log_mode_run(run, results_dir, result, "FINISHED" if result["status"] == "ok" else "FAILED", print)
     run.log_artifact(results_dir / "bench.ipynb")
     return run.run_id
 

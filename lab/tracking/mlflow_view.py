@@ -37,7 +37,7 @@ def interval_metrics(levels: dict[str, dict[str, Any]]) -> dict[str, float]:
     ``result.json``'s ``levels`` (each ``{metric: {"mean", "ci95_lo", "ci95_hi"}}``).
 
     The unprefixed names belong to the first (lowest-concurrency) level, like the headline
-    means of :func:`lab.pipeline.bench._headline`. NaN bounds (one repeat) are left out.
+    means of :func:`lab.analysis.aggregate.headline`. NaN bounds (one repeat) are left out.
     """
     out: dict[str, float] = {}
     for i, (key, agg) in enumerate(levels.items()):

@@ -1,0 +1,175 @@
+"""Measuring one point of the sweep, one repeat at a time.
+
+A *point* is one cell of the measurement grid (concurrency x context length x output length);
+:func:`measurement_points` lists them from ``params.bench``, so a new axis (e.g. an open-loop
+request rate) is one more field on :class:`Point` and one more factor in that function.
+:func:`measure_point` measures one (point, repeat): ``/metrics`` and ``/server_info`` scraped
+before, requests streamed (:mod:`lab.measure.client`, each record appended to
+``requests.jsonl`` at once), GPUs sampled (:mod:`lab.engine.telemetry`), the engine's liveness
+checked (:func:`check_alive`), scraped after, summarised (:mod:`lab.measure.metrics`),
+cross-checked (:mod:`lab.measure.crosscheck`) and hygiene-checked (:mod:`lab.measure.hygiene`).
+It returns that repeat's summary (a ``runs.json`` row); everything it measured also lands in
+the mode's :class:`lab.measure.result.ModeResult`, so a failure keeps it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Callable
+
+from lab.engine.telemetry import GpuSampler
+from lab.measure import client, hygiene
+from lab.measure import metrics as M
+from lab.measure.crosscheck import LogWindow, add_cross_checks, window_server_timing
+from lab.workload.context import pad_prompt
+from lab.workload.dataset import output_lengths, workload
+
+if TYPE_CHECKING:
+    from lab.measure.result import ModeResult
+
+__all__ = ["BenchError", "Point", "level_key", "measurement_points", "measure_point", "check_alive",
+           "TELEMETRY_INTERVAL_S"]
+
+#: GPU telemetry sampling period, seconds (DESIGN: 1 s or faster).
+TELEMETRY_INTERVAL_S = 0.5
+
+
+class BenchError(RuntimeError):
+    """The benchmark could not complete (engine died, all requests failed...)."""
+
+
+def level_key(concurrency: int, context_tokens: int | None = None, output_tokens: int | None = None) -> str:
+    """``"c8"``: the key of a concurrency level in metrics.json and MLflow metric names.
+
+    A point off the primary context/output length (``bench.context_tokens[0]``,
+    ``bench.output_levels[0]``) gets ``"c8_ctx4096_out64"``; pass ``None`` for the primary.
+    """
+    if context_tokens is None and output_tokens is None:
+        return f"c{concurrency}"
+    return f"c{concurrency}_ctx{context_tokens}_out{output_tokens}"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One cell of the measurement grid.
+
+    :ivar concurrency: requests in flight (closed loop). :ivar context_tokens: prompt length
+    the prompts are padded to (tokens). :ivar output_tokens: ``max_new_tokens`` per request
+    (before ``bench.output_tokens_spread``). :ivar key: its name in results and MLflow
+    (:func:`level_key`).
+    """
+
+    concurrency: int
+    context_tokens: int
+    output_tokens: int
+    key: str
+
+
+def measurement_points(bench) -> list[Point]:
+    """Every point of ``bench`` (:class:`lab.config.BenchParams`), in measurement order:
+    concurrency ascending, then ``context_tokens``, then ``output_levels`` as listed. The
+    primary context/output length (each list's first) keeps the short key ``c<N>``."""
+    points = []
+    for c, ctx, out_len in itertools.product(sorted(bench.concurrency), bench.context_tokens, bench.output_levels):
+        primary = ctx == bench.context_tokens[0] and out_len == bench.output_levels[0]
+        points.append(Point(c, ctx, out_len, level_key(c) if primary else level_key(c, ctx, out_len)))
+    return points
+
+
+def _appender(req_file: IO[str], records_all: list[dict[str, Any]], **fields: Any) -> Callable[[dict[str, Any]], None]:
+    """``on_record`` for the client: append each finished request (with ``fields`` added) to
+    ``requests.jsonl`` at once (flushed), so an interrupted or killed run keeps every request
+    it measured."""
+    def append(rec: dict[str, Any]) -> None:
+        rec.update(fields)
+        req_file.write(json.dumps(rec) + "\n")
+        req_file.flush()
+        records_all.append(rec)
+    return append
+
+
+def check_alive(srv, where: str, out: Path, recs: list[dict[str, Any]] | None = None) -> None:
+    """Liveness = the engine process plus request outcomes (``/health`` is not polled: a
+    busy server may answer it slowly). Raises :class:`BenchError` at once if the engine
+    exited, or if requests were refused and it exits within 2 s (the client stops sending
+    as soon as connections are refused, so a crash never waits out request timeouts).
+
+    :param srv: the running :class:`lab.engine.server.ServerProcess`.
+    :param where: what was running, for the message. :param out: the mode's results dir.
+    :param recs: the records of the window just measured (refusals among them).
+    """
+    refused = any((r.get("error") or "").startswith((client.NOT_SENT_PREFIX, "connection failed"))
+                  for r in recs or ())
+    deadline = time.monotonic() + (2.0 if refused else 0.0)
+    while srv.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not srv.alive():
+        from lab.engine.server import log_tail
+
+        code = srv.proc.returncode if srv.proc is not None else None
+        raise BenchError(f"engine died (exit code {code}) during {where}; requests measured so far are "
+                         f"kept in {out / 'requests.jsonl'}. Log tail ({out / 'server.log'}):\n"
+                         f"{log_tail(out / 'server.log', 15)}")
+    if refused:
+        raise BenchError(f"engine refused connections during {where} but its process runs; "
+                         f"see {out / 'server.log'}")
+
+
+def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], speculative: bool, out: Path,
+                  req_file: IO[str], result: ModeResult, log=print) -> dict[str, Any]:
+    """Measure one repeat of one point against the running engine.
+
+    :param srv: the running :class:`lab.engine.server.ServerProcess` (``base_url``, liveness).
+    :param point: the grid cell; :param rep: repeat index (seeds the workload: ``bench.seed + rep``).
+    :param bench: :class:`lab.config.BenchParams`. :param prompts: the dataset's prompts.
+    :param speculative: the mode drafts (server timing reads verify/draft phases).
+    :param out: the mode's results dir (``server.log`` read for the window's log lines).
+    :param req_file: ``requests.jsonl`` open for appending; each record is written at once.
+    :param result: the mode's result; its ``records`` and ``telemetry`` grow as this measures.
+    :returns: the repeat's summary (:func:`lab.measure.metrics.summarize_run` plus
+        ``crosscheck``, ``hygiene``, ``gpu_telemetry``, ``concurrency``, ``repeat``,
+        ``context_tokens``, ``max_new_tokens``, ``point``): one ``runs.json`` row.
+    :raises BenchError: the engine died or refused connections, or no request succeeded.
+    """
+    b, mode, c = bench, result.mode, point.concurrency
+    texts = [(i, pad_prompt(t, point.context_tokens)) for i, t in workload(prompts, b.num_prompts, b.seed + rep)]
+    lengths = output_lengths(len(texts), point.output_tokens, b.output_tokens_spread, b.seed + rep)
+    prom0 = client.fetch_text(srv.base_url + "/metrics")
+    info0 = client.fetch_json(srv.base_url + "/server_info")
+    log_window = LogWindow(out / "server.log")
+    with GpuSampler(TELEMETRY_INTERVAL_S) as gpu:
+        recs = client.run_requests_sync(
+            srv.base_url, texts, concurrency=c, max_new_tokens=lengths,
+            temperature=b.temperature, timeout_s=b.request_timeout_s,
+            rid_prefix=f"{mode}-{point.key}-r{rep}",
+            progress_desc=f"{mode} {point.key} repeat {rep + 1}/{b.repeats}",
+            mode=mode, repeat=rep,
+            on_record=_appender(req_file, result.records, concurrency=c, context_tokens=point.context_tokens,
+                                max_new_tokens=point.output_tokens, point=point.key))
+    result.add_telemetry(gpu.step_metrics())
+    check_alive(srv, f"{mode} c={c} repeat {rep}", out, recs)
+    server = window_server_timing(
+        prom0, client.fetch_text(srv.base_url + "/metrics"), info0,
+        client.fetch_json(srv.base_url + "/server_info"), log_window.read(), speculative=speculative)
+    window = M.measured_window_s(recs)
+    if not window or not any(r["ok"] for r in recs):
+        # all failed: a summary would read as a (zero-throughput) result
+        raise BenchError(
+            f"no request succeeded at c={c}{'' if point.key == level_key(c) else ' (' + point.key + ')'} "
+            f"repeat {rep} ({len(recs)} sent): "
+            f"{recs[0].get('error') if recs else 'no requests'}. Fix: see "
+            f"{out / 'requests.jsonl'} and {out / 'server.log'}; raise "
+            "bench.request_timeout_s if requests timed out")
+    summary = add_cross_checks(M.summarize_run(recs, wall_s=window, server=server))
+    summary.update(concurrency=c, repeat=rep, context_tokens=point.context_tokens,
+                   max_new_tokens=point.output_tokens, point=point.key, gpu_telemetry=gpu.summary())
+    for flag in summary["crosscheck"]["flags"]:
+        log(f"[lab] {mode} {point.key} repeat {rep}: CROSS-CHECK: {flag}")
+    summary["hygiene"] = hygiene.run_hygiene(
+        recs, ngram_n=b.ngram_n, ngram_threshold=b.ngram_repeat_threshold,
+        degenerate_max_fraction=b.degenerate_max_fraction)
+    return summary

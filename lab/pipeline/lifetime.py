@@ -1,0 +1,156 @@
+"""The engine's lifetime around one mode's measurement: prepare, start, warm up, stop.
+
+What :func:`lab.pipeline.bench.run_mode` does before and around measuring, each step a small
+function that fills in the mode's :class:`lab.measure.result.ModeResult`:
+
+- :func:`check_writable`: the results dir can be written (the first check, in seconds);
+- :func:`prepare`: stale engines stopped, preflight (:mod:`lab.engine.preflight`), the
+  previous results removed only once it passed, the environment captured
+  (:mod:`lab.engine.envcapture`);
+- :func:`engine`: a context manager: SIGTERM turned into ``SystemExit`` so ``finally`` runs,
+  the engine started in its own process group (:mod:`lab.engine.server`), its startup phases
+  followed in its log (:mod:`lab.engine.startup`), its effective configuration and version
+  read back from ``/server_info`` (:mod:`lab.engine.effective`, :mod:`lab.tracking.versions`);
+  the engine group is stopped on leaving, however it is left;
+- :func:`warm_up` until the engine's speed is stable (:mod:`lab.measure.hygiene`);
+- :func:`capture_profile`: the optional torch-profiler trace (:mod:`lab.profiling.capture`).
+
+It lives in ``pipeline/`` (not ``engine/``) because it wires engine, measure and workload
+modules together; the engine modules it calls know nothing of a mode's result.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from lab.config import LabParams
+from lab.engine.effective import effective_config
+from lab.engine.envcapture import capture_environment
+from lab.engine.preflight import format_table, run_preflight
+from lab.engine.server import ServerCommand, ServerProcess, stop_stale_servers
+from lab.engine.startup import StartupTracker
+from lab.measure import client, hygiene
+from lab.measure.point import BenchError, check_alive
+from lab.measure.result import ModeResult
+from lab.tracking.versions import version_tags
+from lab.workload.dataset import workload
+
+__all__ = ["check_writable", "prepare", "engine", "warm_up", "capture_profile", "sigterm_as_exit", "STALE_RESULTS"]
+
+#: Files of ``results/<mode>/`` an earlier run left; removed once preflight passed.
+STALE_RESULTS = ("metrics.json", "result.json", "requests.jsonl", "runs.json", "server.log", "ground_truth.jsonl")
+
+
+@contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """Turn SIGTERM into SystemExit so ``finally`` blocks stop the engine group (main thread
+    only; elsewhere nothing is installed)."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: nothing to install
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def check_writable(d: Path) -> None:
+    """Create ``d`` and write a probe file in it. :raises BenchError: it cannot be written."""
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        probe = d / ".write_probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise BenchError(f"results directory {d} is not writable ({exc}). Fix: check its "
+                         "permissions or free disk space") from exc
+
+
+def prepare(params: LabParams, cmd: ServerCommand, out: Path, result: ModeResult, log=print) -> None:
+    """Everything before the engine starts: stale engines stopped (one on our port would
+    fail the port check), preflight (``result.preflight``, its table logged), then, with the
+    engine about to start, the previous results removed and the environment captured
+    (``result.environment_tags``, files under ``out/environment``).
+
+    :raises lab.engine.preflight.PreflightError: a preflight check failed (previous results kept).
+    """
+    stop_stale_servers(log=log)
+    pre = run_preflight(params, [result.mode], python=cmd.argv[0], results_dir=out)
+    result.preflight = pre.to_dict()
+    log(f"[lab] {result.mode}: preflight\n{format_table(pre)}")
+    pre.raise_if_failed()
+    # Only now, with the engine about to start, do the previous results go.
+    for stale in STALE_RESULTS:
+        (out / stale).unlink(missing_ok=True)
+    shutil.rmtree(out / "profile", ignore_errors=True)  # an earlier bench.profile trace
+    result.environment_tags = capture_environment(out / "environment", python=cmd.argv[0],
+                                                  server_env=cmd.env, engine=params.engine)
+
+
+@contextmanager
+def engine(params: LabParams, cmd: ServerCommand, out: Path, result: ModeResult, log=print) -> Iterator[ServerProcess]:
+    """Start the engine, wait until it is ready, read back what it resolved; yield it; stop
+    its process group on leaving (also on SIGTERM, KeyboardInterrupt or an error).
+
+    Fills ``result.startup`` (phases; also when startup fails), ``startup_s`` (s),
+    ``engine_version``, ``version_tags`` and ``effective_config``.
+
+    :raises lab.engine.server.ServerError: the engine exited or was not ready in
+        ``server.startup_timeout_s``.
+    """
+    with sigterm_as_exit(), ServerProcess(cmd, out / "server.log", stop_grace_s=params.server.stop_grace_s) as srv:
+        log(f"[lab] {result.mode}: starting {params.engine}: {cmd.display()}")
+        tracker = StartupTracker(out / "server.log", desc=f"{result.mode} startup")
+        try:
+            startup_s = srv.wait_ready(params.server.startup_timeout_s, on_poll=tracker.poll)
+        finally:
+            result.startup = tracker.finish(time.perf_counter() - (srv.started_at or time.perf_counter()))
+        result.startup["startup_s"] = result.startup_s = startup_s
+        info = client.fetch_json(srv.base_url + "/server_info")
+        result.engine_version = str(info.get("version", "unknown"))
+        result.version_tags = version_tags(params.engine, info, cmd.argv[0])
+        result.effective_config = effective_config(info, (out / "server.log").read_text(errors="replace"))
+        yield srv
+
+
+def warm_up(srv: ServerProcess, params: LabParams, prompts: list[str], out: Path, result: ModeResult,
+            log=print) -> None:
+    """Warm-up requests until the decode speed is stable (``bench.warmup_*``;
+    :func:`lab.measure.hygiene.warmup_until_stable`) into ``result.warmup``; nothing when
+    ``bench.warmup_requests`` is 0. :raises BenchError: the engine died meanwhile."""
+    b, mode = params.bench, result.mode
+    if not b.warmup_requests:
+        return
+    result.warmup = hygiene.warmup_until_stable(
+        lambda i, n: client.run_requests_sync(
+            srv.base_url, workload(prompts, n, b.seed + 10_000 + i),
+            concurrency=min(max(b.concurrency), n), max_new_tokens=b.max_new_tokens,
+            temperature=b.temperature, timeout_s=b.request_timeout_s,
+            rid_prefix=f"{mode}-warmup{i}", progress_desc=None, mode=mode),
+        batch=b.warmup_requests, cv_threshold=b.warmup_cv_threshold, window=b.warmup_window,
+        max_requests=max(b.warmup_max_requests, b.warmup_requests), log=log)
+    check_alive(srv, f"{mode} warm-up", out)
+
+
+def capture_profile(srv: ServerProcess, params: LabParams, prompts: list[str], out: Path, result: ModeResult,
+                    log=print) -> None:
+    """With ``bench.profile``: a torch-profiler trace via SGLang's ``/start_profile``
+    (:func:`lab.profiling.capture.capture_profile`) into ``out/profile`` and ``result.profile``."""
+    b = params.bench
+    if not b.profile:
+        return
+    from lab.profiling.capture import capture_profile as capture
+
+    result.profile = capture(
+        srv.base_url, out / "profile", mode=result.mode, modelled=params.engine == "emulator",
+        texts=workload(prompts, b.profile_requests, b.seed + 20_000), max_new_tokens=b.profile_max_new_tokens,
+        temperature=b.temperature, request_timeout_s=b.request_timeout_s, log=log)

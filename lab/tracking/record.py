@@ -1,0 +1,131 @@
+"""Recording one mode: its result files and its MLflow run, from one result object.
+
+:func:`record` is the only place a mode's results are written, to files and to MLflow; the
+success and the failure path of :func:`lab.pipeline.bench.run_mode` both end in it.
+:func:`log_engine` tags the run with the engine's version and logs its effective
+configuration as soon as the engine is up (so a run that fails later carries them).
+``lab log`` (:func:`lab.pipeline.cli.relog`) re-logs a ``result.json`` with
+:func:`log_mode_run`. Files are written first and atomically (:mod:`lab.atomic`); an MLflow
+failure while logging keeps them and says how to re-log.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lab.analysis import sentinel
+from lab.atomic import write_json_atomic
+from lab.measure.point import level_key
+from lab.measure.result import ModeResult
+from lab.tracking.mlflow_view import interval_metrics, warning_tags
+from lab.tracking.runs import RunHandle, TrackingError, flatten_params
+
+__all__ = ["BY_CONCURRENCY", "record", "write_results", "log_mode_run", "log_engine"]
+
+#: MLflow prefix of the per-level step metrics (``by_concurrency.decode_tok_s`` at step =
+#: concurrency). The unprefixed names are the headline: the lowest concurrency's mean.
+BY_CONCURRENCY = "by_concurrency"
+
+#: Files of ``results/<mode>/`` logged as the run's artifacts (missing ones are skipped by
+#: :meth:`lab.tracking.runs.RunHandle.log_artifact`).
+ARTIFACTS = ("metrics.json", "result.json", "runs.json", "requests.jsonl", "server.log", "ground_truth.jsonl")
+
+
+def record(result: ModeResult, out: Path, run: RunHandle, status: str, log=print) -> None:
+    """Write ``runs.json``, ``result.json`` and ``metrics.json`` under ``out``, then log the
+    run to MLflow and end it with ``status`` (``"FINISHED"`` or ``"FAILED"``).
+
+    Never raises :class:`~lab.tracking.runs.TrackingError`: an MLflow failure is reported
+    through ``log`` with the ``lab log`` command that re-logs the files.
+    """
+    data = result.to_dict()
+    write_results(out, data, result.runs)
+    _log_telemetry(run, result.telemetry, log)
+    log_mode_run(run, out, data, status, log)
+
+
+def log_engine(run: RunHandle, result: ModeResult) -> None:
+    """Once the engine is up: its version tags (``run_tags`` had no server yet) and its
+    effective configuration as ``effective.*`` params.
+
+    :raises lab.tracking.runs.TrackingError: MLflow unreachable.
+    """
+    run.set_tags(result.version_tags)
+    run.log_params(flatten_params({"effective": result.effective_config or {}}))
+
+
+def write_results(out: Path, result: dict[str, Any], runs: list[dict[str, Any]]) -> None:
+    """``result.json`` (everything), ``runs.json`` (per level x repeat) and the lean
+    ``metrics.json`` that DVC shows: status, engine, the flat headline numbers,
+    ``startup_s`` and the effective configuration (plus ``error``, ``partial``,
+    ``requests_recorded``, ``warnings``, ``sentinel`` when present)."""
+    write_json_atomic(out / "runs.json", runs)
+    write_json_atomic(out / "result.json", result)
+    lean = {"status": result["status"], "engine": result["engine"], **result.get("headline", {})}
+    if result.get("startup"):
+        lean["startup_s"] = result["startup"].get("startup_s")
+    if result.get("effective_config"):  # what the server resolved (DVC shows it beside the numbers)
+        lean["effective"] = {k: (str(v) if isinstance(v, list) else v) for k, v in result["effective_config"].items()}
+    if "error" in result:
+        lean["error"] = result["error"]
+    if "partial" in result:
+        lean["partial"] = True
+        lean["requests_recorded"] = result["partial"]["requests_recorded"]
+    if result.get("warnings"):
+        lean["warnings"] = "; ".join(result["warnings"])
+    if result.get("sentinel"):
+        lean["sentinel"] = result["sentinel"]["status"]
+    write_json_atomic(out / "metrics.json", lean)
+
+
+def _log_telemetry(run: RunHandle, steps: list[tuple[int, dict[str, float]]], log) -> None:
+    """GPU samples as MLflow step metrics ``gpu<i>.<field>``; a tracking failure is reported,
+    the rest of the logging goes on."""
+    try:
+        for step, values in steps:
+            run.log_metrics(values, step=step)
+    except TrackingError as exc:
+        log(f"[lab] MLflow telemetry logging failed ({exc}); the summary stays in result.json")
+
+
+def log_mode_run(run: RunHandle, out: Path, result: dict[str, Any], status: str, log=print) -> None:
+    """Log a mode's ``result.json`` content and its files to ``run`` and end it with ``status``.
+
+    Tags (status, engine version, environment, sentinel, warnings), metrics (headline,
+    95 % interval bounds, startup phases, ``by_concurrency.*`` per level at step =
+    concurrency, profile), artifacts (:data:`ARTIFACTS`, ``profile/``, ``environment/``).
+    A tracking failure keeps the results and says how to re-log (never raises it).
+    """
+    try:
+        run.set_tags({"status": result["status"], "engine_version": result.get("engine_version", "unknown"),
+                      **result.get("environment_tags", {})})
+        sentinel.log_to_run(run, result)
+        run.log_metrics(result.get("headline", {}))
+        run.log_metrics(interval_metrics(result.get("levels") or {}))  # means' 95 % intervals
+        run.set_tags(warning_tags(result))  # one-wave, hygiene and cross-check warnings
+        startup = result.get("startup") or {}
+        run.log_metrics({"startup_s": startup.get("startup_s"),
+                         **{f"startup.{k}": v for k, v in (startup.get("phases") or {}).items()}})
+        # Per-level means as step metrics (step = concurrency) for MLflow's metric-vs-step
+        # chart, under their own prefix: with the headline's names MLflow's runs table would
+        # show the highest concurrency's value (its "latest" = largest step) as the headline.
+        for key, agg in result.get("levels", {}).items():
+            if key == level_key(agg["concurrency"]):  # primary points only: one step per level
+                run.log_metrics({f"{BY_CONCURRENCY}.{m}": v["mean"] for m, v in agg.items()
+                                 if isinstance(v, dict) and "mean" in v}, step=agg["concurrency"])
+        # The executed notebook is logged by lab.pipeline.stage once papermill has written it.
+        for name in ARTIFACTS:
+            run.log_artifact(out / name)
+        if (result.get("profile") or {}).get("trace"):  # Chrome trace: opens in ui.perfetto.dev
+            from lab.profiling.capture import profile_metrics
+
+            run.log_artifact(Path(result["profile"]["trace"]), "profile")
+            run.log_metrics(profile_metrics(result["profile"]))
+        env_dir = out / "environment"
+        for path in sorted(env_dir.glob("*")) if env_dir.is_dir() else []:
+            run.log_artifact(path, "environment")
+        run.finish(status)
+    except TrackingError as exc:
+        log(f"[lab] MLflow logging failed ({exc}); results are safe in {out}. "
+            f"Fix the tracking server, then run: lab log {out}")
