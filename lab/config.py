@@ -313,26 +313,39 @@ class MlflowParams(_Strict):
         return uri
 
 
-class PhysicsParams(_Strict):
-    """GPU stage: a per-GPU shard of the served model's layer stack (PyTorch only).
+# Bounds params.yaml puts on the physics fields beyond PhysicsConfig's own (every size >= 1).
+_PHYSICS_BOUNDS = {"hidden_size": 64, "head_dim": 16, "mlp_intermediate_per_gpu": 16, "timed_iters": 5,
+                   "verify_tokens": 2}
 
-    Defaults are Kimi-K2.5 (DeepSeek-V3 shape) under TP 8: hidden 7168, 61 layers,
-    64 attention heads x 128 / 8 = 8 heads per GPU, and the active experts' MLP width per
-    GPU (8 routed + 1 shared expert x 2048 / 8 = 2304). Source: the model's config.json.
-    """
 
-    hidden_size: int = Field(7168, ge=64)
-    num_layers: int = Field(61, ge=1)
-    heads_per_gpu: int = Field(8, ge=1)
-    head_dim: int = Field(128, ge=16)
-    mlp_intermediate_per_gpu: int = Field(2304, ge=16)
-    kv_context: int = Field(2048, ge=1)
-    tokens: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 7, 8])
-    tp: int = Field(1, ge=1)
-    warmup_iters: int = Field(10, ge=1)
-    timed_iters: int = Field(50, ge=5)
-    dtype: Literal["bfloat16", "float16"] = "bfloat16"
-    verify_tokens: int = Field(3, ge=2)
+def _physics_params() -> type[_Strict]:
+    """:class:`PhysicsParams`: the fields and defaults of :class:`lab.physics.params.PhysicsConfig`
+    (the one physics schema) as a strict pydantic model, with :data:`_PHYSICS_BOUNDS`."""
+    from dataclasses import fields
+
+    from pydantic import create_model
+
+    from lab.physics.params import PhysicsConfig
+
+    spec: dict[str, Any] = {}
+    for f in fields(PhysicsConfig):
+        if f.name == "tokens":
+            spec[f.name] = (list[int], Field(default_factory=lambda: list(PhysicsConfig().tokens)))
+        elif f.name == "dtype":  # float32 is for CPU checks only, not a params.yaml choice
+            spec[f.name] = (Literal["bfloat16", "float16"], f.default)
+        else:
+            spec[f.name] = (int, Field(f.default, ge=_PHYSICS_BOUNDS.get(f.name, 1)))
+    return create_model("PhysicsParams", __base__=_Strict, __module__=__name__, __doc__=(
+        """GPU stage: a per-GPU shard of the served model's layer stack (PyTorch only).
+
+    Fields and defaults are :class:`lab.physics.params.PhysicsConfig`'s. Defaults are
+    Kimi-K2.5 (DeepSeek-V3 shape) under TP 8: hidden 7168, 61 layers, 64 attention heads x
+    128 / 8 = 8 heads per GPU, and the active experts' MLP width per GPU (8 routed + 1 shared
+    expert x 2048 / 8 = 2304). Source: the model's config.json.
+    """), **spec)
+
+
+PhysicsParams = _physics_params()
 
 
 class LabParams(_Strict):

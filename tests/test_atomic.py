@@ -36,5 +36,5 @@ def test_no_figure_or_report_is_written_around_lab_atomic():
                 bare.append(f"{path.relative_to(LAB)}:{no}: {line.strip()}")
     assert not bare, bare
     for module, call in (("report/html.py", "write_text_atomic(path, text)"), ("pipeline/sweep.py", "write_text_atomic(params_path"),
-                         ("tracking/grouping.py", "write_json_atomic(path, known"), ("analysis/compare.py", "write_json_atomic(rep_dir")):
+                         ("tracking/grouping.py", "write_json_atomic(path, known"), ("report/tables.py", "write_json_atomic(rep_dir")):
         assert call in (LAB / module).read_text(), (module, call)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from lab.engine.ports import free_port
 from lab.measure.client import NOT_SENT_PREFIX, fetch_json, fetch_text, run_requests, run_requests_sync
 
 FX = Path(__file__).parent / "fixtures"
@@ -27,16 +27,10 @@ def script(tokens, delays=None, **kw) -> str:
     return json.dumps({"tokens": tokens, "delays": delays or [0.0] * len(tokens), **kw})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def _with_server(coro_fn):
     runner = web.AppRunner(fake_sglang.make_app())
     await runner.setup()
-    port = _free_port()
+    port = free_port()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     try:
@@ -56,7 +50,7 @@ def run(texts, **kw):
 
 @pytest.fixture
 def subprocess_server():
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, str(FX / "fake_sglang.py"), str(port)], stdout=subprocess.PIPE, text=True
     )
@@ -145,7 +139,7 @@ def test_server_killed_mid_run_stops_promptly(subprocess_server):
 
 
 def test_connection_refused_from_start():
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     t0 = time.perf_counter()
     recs = asyncio.run(run_requests(url, [(i, "x") for i in range(20)], concurrency=3, max_new_tokens=4,
                                     temperature=0.0, timeout_s=60.0, rid_prefix="r", progress_desc=None))

@@ -1,4 +1,4 @@
-"""The comparison table (lab.analysis.compare.summary_markdown) and `lab summary`: numbers from a
+"""The comparison table (lab.report.tables.summary_markdown) and `lab summary`: numbers from a
 known runs frame, the same table from the CSV round trip, and the missing-report error."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from lab.pipeline.cli import main as lab_main
-from lab.analysis.compare import _write_csv, read_summary_rows, summarize, summary_markdown
+from lab.analysis.compare import summarize
+from lab.report.tables import read_summary_rows, summary_markdown, write_csv
 
 
 def _summary():
@@ -37,7 +38,7 @@ def test_summary_markdown_known_numbers():
 
 def test_summary_markdown_same_from_csv(tmp_path):
     summary = _summary()
-    _write_csv(summary["rows"], tmp_path / "summary.csv")
+    write_csv(summary["rows"], tmp_path / "summary.csv")
     assert summary_markdown(read_summary_rows(tmp_path / "summary.csv"), "base") == summary_markdown(
         summary["rows"], "base")
 
@@ -46,7 +47,7 @@ def test_lab_summary_prints_table_or_says_what_to_run(tmp_path, capsys):
     assert lab_main(["summary", "--reports", str(tmp_path)]) == 2
     assert "run `dvc repro`" in capsys.readouterr().err
     summary = _summary()
-    _write_csv(summary["rows"], tmp_path / "summary.csv")
+    write_csv(summary["rows"], tmp_path / "summary.csv")
     comp = {k: v for k, v in summary.items() if k != "rows"}
     comp.update(caption="engine: emulator", warnings={"base": ["c=8: one wave"], "spec": ["c=8: one wave"]})
     (tmp_path / "comparison.json").write_text(json.dumps(comp))

@@ -282,7 +282,7 @@ def test_cli_module_without_gpu(tmp_path):
         assert _numbers(m) == []
 
 
-def test_notebook_parameters_cell_matches_defaults():
+def test_notebook_parameters_cell_is_a_thin_shell():
     import nbformat
 
     nb = nbformat.read(ROOT / "notebooks" / "physics.ipynb", as_version=4)
@@ -290,7 +290,10 @@ def test_notebook_parameters_cell_matches_defaults():
     assert "parameters" in code[0].metadata.get("tags", [])
     ns: dict = {}
     exec(code[0].source, ns)
-    assert ns["physics"] == phys.PHYSICS_DEFAULTS and ns["results_dir"] == "results/physics"
+    # No copy of the schema: None means the params file's `physics:` section (PhysicsConfig's fields).
+    assert ns["physics"] is None and ns["results_dir"] == "results/physics" and ns["params_file"] is None
+    src = "\n".join(c.source for c in code)
+    assert "sys.path" not in src and "log_physics" not in src and "write_text(" not in src, "a thin shell"
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), "commit no outputs"
 
 
@@ -338,3 +341,54 @@ def test_cpu_smoke_run_with_gloo_tp(tmp_path):
     for r in m["rows"]:
         assert r["eager_ms_p50"] > 0 and r["graph_ms_p50"] is None and r["output_finite"]
         assert len(r["samples_ms"]["eager"]) == TINY["timed_iters"]
+
+
+def test_notebook_runs_as_a_thin_shell_and_records_one_mlflow_run(tmp_path):
+    """physics.ipynb executed by papermill in a scratch copy (its own params and MLflow store):
+    lab.pipeline.physics validates the injected section, measures (or records "not run"), and
+    lab.tracking.physics_log logs one run whose id mlflow_run.json names."""
+    import papermill as pm
+    from mlflow.tracking import MlflowClient
+
+    from scratch import scratch_repo
+
+    db = tmp_path / "physics.db"
+
+    def edit(p: dict) -> None:
+        p["mlflow"]["tracking_uri"] = f"sqlite:///{db}"
+
+    repo = scratch_repo(tmp_path / "repo", edit)
+    tiny = {**TINY, "timed_iters": 5, "tokens": [1, 3]}
+    pm.execute_notebook(str(repo / "notebooks" / "physics.ipynb"), str(tmp_path / "out.ipynb"), cwd=str(repo),
+                        parameters={"physics": tiny, "results_dir": "results/physics"}, kernel_name="python3",
+                        progress_bar=False)
+    out = repo / "results" / "physics"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["params"]["hidden_size"] == 64 and metrics["params"]["tokens"] == [1, 3]  # the injected section ran
+    assert metrics["status"] == "ok" or metrics["status"].startswith("not run")
+    run_id = json.loads((out / "mlflow_run.json").read_text())["mlflow_run_id"]
+    logged = MlflowClient(tracking_uri=f"sqlite:///{db}").get_run(run_id)
+    assert logged.data.tags["stage"] == "physics" and logged.data.tags["status"] == metrics["status"]
+    assert logged.data.params["physics.hidden_size"] == "64"
+    assert not list(out.glob(".*.tmp")), "mlflow_run.json is written through lab.atomic"
+
+
+def test_physics_stage_rejects_an_unknown_key_by_name(tmp_path):
+    from lab.config import ParamsError
+    from lab.pipeline.physics import run_physics_stage
+
+    with pytest.raises(ParamsError, match="num_layer"):
+        run_physics_stage({"num_layer": 3}, tmp_path / "physics")
+    assert not (tmp_path / "physics").exists()  # nothing ran
+
+
+def test_forward_tables_from_a_measured_run():
+    from lab.physics.report import forward_tables
+
+    rows = [{"T": 1, "eager_ms_p50": 2.0, "graph_ms_p50": 1.0, "floor_ms": 0.5},
+            {"T": 3, "eager_ms_p50": 3.0, "graph_ms_p50": 1.5, "floor_ms": 0.6}]
+    m = {"rows": rows, "device": {"name": "GPU", "count": 1, "driver": "d", "torch": "t", "cuda": "c"},
+         "copy_bandwidth_gb_s": 100.0, "tp": 1, "params": {"verify_tokens": 3}, "ratios": {"eager": 1.5}}
+    line, table, ratios = forward_tables(m)
+    assert "copy bandwidth 100 GB/s" in line and table.loc[3, "eager_over_graph"] == 2.0
+    assert ratios.columns.tolist() == ["T=3 over T=1"]

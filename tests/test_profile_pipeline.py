@@ -15,7 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from lab.pipeline.bench import run_mode
-from lab.analysis.compare import run_compare
+from lab.pipeline.compare import run_compare
 from lab.emulator.profile import load_profile
 from lab.emulator.truth import load_truth
 from reliability_util import small_params

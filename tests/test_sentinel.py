@@ -4,13 +4,13 @@ emulator run whose profile reproduces the seeds' 89 -> 82 tok/s "regression"."""
 from __future__ import annotations
 
 import json
-import socket
 
 import numpy as np
 import pytest
 
 from pathlib import Path
 
+from lab.engine.ports import free_port
 from lab.emulator.profile import load_profile
 from lab.analysis.sentinel import compare, config_fingerprint, decide, launch_delta
 
@@ -141,12 +141,6 @@ def test_config_hash_covers_everything_that_changes_the_measurement(tmp_path):
 # --------------------------------------------------------------------------- emulator + MLflow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_profile_numbers_are_the_hidden_change_not_its_name(tmp_path):
     """Like a GPU's model (hashed) and its real speed (not), the emulator profile's name is in
     the hash and its numbers are not: a slower profile under the same name is what the
@@ -183,7 +177,7 @@ def test_sentinel_end_to_end_on_real_launches(tmp_path):
         "emulator": {"profile": "fast", "startup_delay_s": 0.0},
         "bench": {"dataset": "data/prompts.jsonl", "num_prompts": 3, "max_new_tokens": 24, "concurrency": [1],
                   "warmup_requests": 1, "warmup_max_requests": 2, "repeats": 2},
-        "server": {"port": _free_port(), "max_running_requests": 8, "cuda_graph_max_bs_decode": 8}})
+        "server": {"port": free_port(), "max_running_requests": 8, "cuda_graph_max_bs_decode": 8}})
     quiet: list[str] = []
     runs = [run_mode(params, "baseline", tmp_path / f"r{i}", log=quiet.append) for i in range(3)]
     first, second, third = (r["sentinel"] for r in runs)

@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from lab.engine.ports import free_port
 from lab.config import load_params
 from lab.engine.server import (
     ServerCommand,
@@ -153,15 +154,8 @@ http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 """
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _fake(tmp_path, mode="ok", delay=0.2) -> ServerCommand:
-    port = _free_port()
+    port = free_port()
     script = tmp_path / "fake_engine.py"
     script.write_text(FAKE_ENGINE)
     return ServerCommand(argv=[sys.executable, str(script), str(port), str(delay), mode],

@@ -18,8 +18,7 @@ import pandas as pd
 import pytest
 from scipy import stats as st
 
-from lab.analysis.taskmix import (MIN_PROMPTS, category_rows, dataset_categories, taskmix_metrics,
-                                  write_categories_csv, CategoryError)
+from lab.analysis.taskmix import MIN_PROMPTS, CategoryError, category_rows, dataset_categories, taskmix_metrics
 from lab.config import ParamsError, load_params
 from lab.workload.dataset import DatasetError, load_prompts, render_prompt
 from lab.workload.sources import (check_dataset_params, emulator_prompt_file, is_hf_id, load_bench_prompts,
@@ -97,7 +96,7 @@ def test_categories_come_from_the_results_and_must_agree():
 
 def test_report_lines_say_too_few_prompts_instead_of_an_interval(tmp_path):
     from lab.report.answer import answer_markdown, answer_text
-    from lab.report.taskmix import taskmix_html, taskmix_lines
+    from lab.report.taskmix import taskmix_html, taskmix_lines, write_categories_csv
 
     rows = [{"mode": "spec", "point": "c1", "concurrency": 1, "category": "coding", "accept_length": 2.1,
              "accept_length_ci95_lo": 1.9, "accept_length_ci95_hi": 2.3, "accept_n_prompts": 4,
@@ -320,9 +319,9 @@ def test_task_mix_from_bench_to_report_mlflow_and_csv(tmp_path):
     the comparison run's MLflow metrics; the dataset record reaches result.json and MLflow."""
     from mlflow.tracking import MlflowClient
 
-    from lab.analysis.compare import run_compare
     from lab.emulator.truth import load_truth
     from lab.pipeline.bench import run_mode
+    from lab.pipeline.compare import run_compare
     from reliability_util import small_params
 
     modes = ["baseline", "eagle3_decode"]

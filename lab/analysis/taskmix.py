@@ -41,7 +41,7 @@ from lab.analysis import stats
 from lab.analysis.paired import PAIRED_METRIC, load_request_speeds, paired_speedup
 
 __all__ = ["MIN_PROMPTS", "METHOD", "CSV_COLUMNS", "category_rows", "add_taskmix", "taskmix_metrics",
-           "dataset_categories", "write_categories_csv", "CategoryError"]
+           "dataset_categories", "CategoryError"]
 
 #: Fewest prompts of a category for which an interval is reported (module docstring).
 MIN_PROMPTS = 3
@@ -184,18 +184,3 @@ def taskmix_metrics(taskmix: Mapping[str, Any] | None) -> dict[str, float]:
             flat[f"{key}.n_prompts"] = float(n)
     return flat
 
-
-def write_categories_csv(taskmix: Mapping[str, Any] | None, path: str | Path) -> Path:
-    """Write ``reports/categories.csv`` (:data:`CSV_COLUMNS`; empty cells where a value or an
-    interval does not exist). Written, header only, also without a task mix, because dvc.yaml
-    declares it as an output of the compare stage. Returns the path."""
-    import csv
-
-    from lab.atomic import atomic_path
-
-    path = Path(path)
-    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(CSV_COLUMNS), extrasaction="ignore")
-        w.writeheader()
-        w.writerows((taskmix or {}).get("rows", []))
-    return path

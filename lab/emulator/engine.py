@@ -203,6 +203,16 @@ class Engine:
     def _kv_tokens(self, reqs: list[Request]) -> int:
         return sum(r.prompt_tokens + r.completion_tokens for r in reqs)
 
+    def _truth_request(self, r, finish_reason: str) -> None:
+        """One request's line in the ground-truth file: arrival, first/last token times (s,
+        the engine clock), prompt/completion tokens, verify count, the prompt's task ``category``
+        (:mod:`lab.emulator.categories`; None when unmapped), ``finish_reason`` (``length`` or
+        ``abort``); flushed so a reader sees it at once."""
+        self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
+                          "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,
+                          "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct,
+                          "category": r.category, "finish_reason": finish_reason}, flush=True)
+
     def _drop_aborted(self) -> None:
         gone = [r for r in (*self.waiting, *self.running) if r.aborted]
         if not gone:
@@ -212,11 +222,7 @@ class Engine:
         for r in gone:
             if r.internal:
                 continue
-            self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
-                              "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,
-                              "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct,
-                              "category": r.category,
-                              "finish_reason": "abort"}, flush=True)
+            self._truth_request(r, "abort")
 
     def _iterate(self, start: float) -> float:
         a, prof = self.args, self.profile
@@ -341,11 +347,7 @@ class Engine:
         for r in finished:
             if r.internal:
                 continue
-            self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
-                              "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,
-                              "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct,
-                              "category": r.category,
-                              "finish_reason": "length"}, flush=True)
+            self._truth_request(r, "length")
             self.metrics.on_finish(r.prompt_tokens, r.completion_tokens, r.spec_verify_ct, r.stream)
         self.metrics.on_forward(actual, kind != "prefill", graph)
         self._occ_gpu_s += sum(actual.values())

@@ -157,6 +157,20 @@ async def _events(req: Request):
             return
 
 
+async def _final_event(req: Request) -> dict[str, Any]:
+    """The last event of a request (the one with ``finished``), after waiting for all of them."""
+    async for ev in _events(req):
+        last = ev
+    return last
+
+
+async def _event_stream(request: web.Request) -> web.StreamResponse:
+    """A prepared ``text/event-stream`` response (SSE) for a streaming request."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    return resp
+
+
 async def generate(request: web.Request) -> web.StreamResponse:
     st: AppState = request.app[STATE_KEY]
     try:
@@ -185,11 +199,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
                                             "type": "InternalServerError", "code": status}}, status=status)
     req = _submit(st, body.get("rid"), prompt_tokens, max_new, stream, prompt=ids if ids is not None else text)
     if not stream:
-        async for ev in _events(req):
-            last = ev
+        last = await _final_event(req)
         return web.json_response({"text": " ".join(req.words[: last["ct"]]), "meta_info": _meta(st, req, last), "index": 0})
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await resp.prepare(request)
+    resp = await _event_stream(request)
     stalled = [False]
     incremental, sent = st.args.incremental_streaming_output, 0
     first_sent = last_sent = None
@@ -211,6 +223,22 @@ async def generate(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+def _usage(req: Request, completion_tokens: int) -> dict[str, int]:
+    """OpenAI ``usage`` of a request: prompt, completion and total tokens."""
+    return {"prompt_tokens": req.prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": req.prompt_tokens + completion_tokens}
+
+
+def _spec_details(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """SGLang's ``sglext.spec_tokens_details`` from a finished request's ``meta_info`` (asked for
+    with ``return_spec_tokens_details``); None without speculative counters (no speculation)."""
+    if "spec_verify_ct" not in meta:
+        return None
+    keys = ("spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",
+            "spec_verify_ct", "spec_correct_drafts_histogram")
+    return {"spec_tokens_details": {k: meta.get(k, [] if k.endswith("histogram") else 0) for k in keys}}
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     st: AppState = request.app[STATE_KEY]
     try:
@@ -228,18 +256,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     cid, created, model = f"chatcmpl-{req.rid}", int(time.time()), st.args.served_model_name
 
     def sglext(meta: dict) -> dict | None:
-        if not want_spec or "spec_verify_ct" not in meta:
-            return None
-        keys = ("spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",
-                "spec_verify_ct", "spec_correct_drafts_histogram")
-        return {"spec_tokens_details": {k: meta.get(k, [] if k.endswith("histogram") else 0) for k in keys}}
+        return _spec_details(meta) if want_spec else None
 
     def usage(ct: int) -> dict:
-        return {"prompt_tokens": req.prompt_tokens, "completion_tokens": ct, "total_tokens": req.prompt_tokens + ct}
+        return _usage(req, ct)
 
     if not stream:
-        async for ev in _events(req):
-            last = ev
+        last = await _final_event(req)
         meta = _meta(st, req, last)
         out = {"id": cid, "object": "chat.completion", "created": created, "model": model,
                "choices": [{"index": 0, "message": {"role": "assistant", "content": " ".join(req.words[: last["ct"]])},
@@ -248,8 +271,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             out["sglext"] = ext
         return web.json_response(out)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await resp.prepare(request)
+    resp = await _event_stream(request)
     sent = 0
     first_sent = last_sent = None
     async for ev in _events(req):
@@ -345,19 +367,13 @@ async def completions(request: web.Request) -> web.StreamResponse:
     cid, created, model = f"cmpl-{req.rid}", int(time.time()), st.args.served_model_name
 
     def usage(ct: int) -> dict:
-        return {"prompt_tokens": req.prompt_tokens, "completion_tokens": ct, "total_tokens": req.prompt_tokens + ct}
+        return _usage(req, ct)
 
     def sglext(ev: dict) -> dict | None:
-        meta = _meta(st, req, ev)
-        if not want_spec or "spec_verify_ct" not in meta:
-            return None
-        keys = ("spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",
-                "spec_verify_ct", "spec_correct_drafts_histogram")
-        return {"spec_tokens_details": {k: meta.get(k, [] if k.endswith("histogram") else 0) for k in keys}}
+        return _spec_details(_meta(st, req, ev)) if want_spec else None
 
     if not stream:
-        async for ev in _events(req):
-            last = ev
+        last = await _final_event(req)
         out = {"id": cid, "object": "text_completion", "created": created, "model": model,
                "choices": [{"index": 0, "text": " ".join(req.words[: last["ct"]]), "logprobs": None,
                             "finish_reason": "length", "matched_stop": None}], "usage": usage(last["ct"])}
@@ -365,8 +381,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
             out["sglext"] = ext
         return web.json_response(out)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await resp.prepare(request)
+    resp = await _event_stream(request)
     sent = 0
     async for ev in _events(req):
         text = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]])

@@ -8,31 +8,43 @@ mechanism directly, with PyTorch alone (no SGLang, no weights): a per-GPU shard 
 Kimi-K2.5-shaped layer stack, timed for T = 1..8 new tokens eagerly and as a CUDA-graph
 replay, against the bytes-moved floor.
 
-Modules: :mod:`~lab.physics.shapes` (parameters and byte arithmetic, pure Python),
+Modules: :mod:`~lab.physics.params` (the parameters' one schema, imported by :mod:`lab.config`),
+:mod:`~lab.physics.shapes` (byte arithmetic, pure Python),
 :mod:`~lab.physics.bench` (the torch stack and timing; torch imported lazily),
 :mod:`~lab.physics.report` (figures, Markdown), :mod:`~lab.physics.run`
-(:func:`run_physics`), :mod:`~lab.physics.cli` (``python -m lab.physics``).
+(:func:`run_physics`), :mod:`~lab.physics.args` (the options shared by both command lines),
+:mod:`~lab.physics.cli` (``python -m lab.physics``), :mod:`~lab.physics.profile` (torch-profiler
+traces, ``python -m lab.physics.profile``).
 
 Importing this package needs only the standard library; figures need matplotlib and
 seaborn, the CLI's ``--params`` needs pyyaml, and measuring needs torch. It never imports
-:mod:`lab.config` (pydantic is absent on the device machine): the notebook converts
-``PhysicsParams`` with ``.model_dump()``.
+:mod:`lab.config` (pydantic is absent on the device machine): :class:`PhysicsConfig` is the
+one schema of ``params.yaml``'s ``physics:`` section, and :class:`lab.config.PhysicsParams` is
+built from it; :mod:`lab.pipeline.physics` validates, runs and records the stage.
 """
 
-from lab.physics.report import FIGURE_FILES, make_figures, markdown_report, plot_overview
-from lab.physics.run import STATUS_NO_CUDA, STATUS_NO_TORCH, STATUS_OK, run_physics, write_metrics
-from lab.physics.shapes import (
-    DTYPE_BYTES,
-    PHYSICS_DEFAULTS,
-    PhysicsConfig,
-    bytes_moved,
-    compute_ratios,
-    floor_ms,
-    kv_bytes_per_layer,
-    percentiles_ms,
-    weight_bytes,
-    weight_bytes_per_layer,
-)
+# Names resolve on first use (PEP 562), so importing one submodule (lab.config imports
+# lab.physics.params) does not run the others: the bench stages never execute report or run.
+_WHERE = {
+    "FIGURE_FILES": "report", "make_figures": "report", "markdown_report": "report", "plot_overview": "report",
+    "STATUS_NO_CUDA": "run", "STATUS_NO_TORCH": "run", "STATUS_OK": "run", "run_physics": "run",
+    "write_metrics": "run",
+    "DTYPE_BYTES": "params", "PHYSICS_DEFAULTS": "params", "PhysicsConfig": "params",
+    "bytes_moved": "shapes", "compute_ratios": "shapes", "floor_ms": "shapes", "kv_bytes_per_layer": "shapes",
+    "percentiles_ms": "shapes", "weight_bytes": "shapes", "weight_bytes_per_layer": "shapes",
+}
+
+
+def __getattr__(name: str):
+    """``lab.physics.<name>`` for the names of ``__all__``, imported from their submodule on first use."""
+    if name not in _WHERE:
+        raise AttributeError(f"module 'lab.physics' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"lab.physics.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DTYPE_BYTES",

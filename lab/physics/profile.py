@@ -303,25 +303,13 @@ def _write(result: dict[str, Any], out: Path, log: Callable[[str], Any]) -> dict
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI; exit 0 for ``ok`` and ``not run: ...``, 1 otherwise."""
-    from lab.physics.cli import build_parser
+    from lab.physics.args import build_parser, parse
 
-    parser = build_parser()
-    parser.prog = "python -m lab.physics.profile"
+    parser = build_parser("python -m lab.physics.profile", __doc__.split("\n\n")[0])
     parser.add_argument("--iters", type=int, default=5, help="profiled forwards per case (default 5)")
     parser.add_argument("--cases", default=None, help="comma-separated subset of " + ",".join(c[0] for c in CASES))
-    ns = parser.parse_args(argv)
-    base: dict[str, Any] = {}
-    if ns.params is not None:
-        import yaml
-
-        base = (yaml.safe_load(ns.params.read_text()) or {}).get("physics") or {}
-    from lab.physics.cli import _INT_FIELDS
-
-    overrides = {k: getattr(ns, k) for k in (*_INT_FIELDS, "tokens", "dtype")}
-    try:
-        cfg = PhysicsConfig.from_mapping(base, **overrides)
-    except ValueError as exc:
-        parser.error(str(exc))
+    ns = parse(argv, parser)
+    cfg = ns.config
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     res = capture_profiles(cfg, ns.out, iters=ns.iters, allow_cpu=ns.cpu,
                            cases=ns.cases.split(",") if ns.cases else None)

@@ -13,6 +13,7 @@ from lab.atomic import savefig_atomic
 
 __all__ = [
     "FIGURE_FILES",
+    "forward_tables",
     "SEEDS_EAGER_VERIFY_OVER_GRAPH_DECODE",
     "make_figures",
     "plot_overview",
@@ -106,20 +107,15 @@ def make_figures(metrics: dict[str, Any], out_dir: str | Path) -> list[str]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    fig, ax = plt.subplots(figsize=(8, 5))
-    _draw_times(ax, metrics)
-    ax.set_title("One forward: eager vs CUDA graph\n" + _subtitle(metrics), fontsize=9)
-    fig.tight_layout()
-    savefig_atomic(fig, out / FIGURE_FILES[0], dpi=130)
-    plt.close(fig)
-    written.append(FIGURE_FILES[0])
-    fig, ax = plt.subplots(figsize=(7, 5))
-    _draw_ratios(ax, metrics)
-    ax.set_title("Verify cost relative to decode\n" + _subtitle(metrics), fontsize=9)
-    fig.tight_layout()
-    savefig_atomic(fig, out / FIGURE_FILES[1], dpi=130)
-    plt.close(fig)
-    written.append(FIGURE_FILES[1])
+    for name, size, draw, title in ((FIGURE_FILES[0], (8, 5), _draw_times, "One forward: eager vs CUDA graph"),
+                                    (FIGURE_FILES[1], (7, 5), _draw_ratios, "Verify cost relative to decode")):
+        fig, ax = plt.subplots(figsize=size)
+        draw(ax, metrics)
+        ax.set_title(title + "\n" + _subtitle(metrics), fontsize=9)
+        fig.tight_layout()
+        savefig_atomic(fig, out / name, dpi=130)
+        plt.close(fig)
+        written.append(name)
     return written
 
 
@@ -211,3 +207,26 @@ def markdown_report(metrics: dict[str, Any]) -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def forward_tables(metrics: dict[str, Any]) -> tuple[str, Any, Any]:
+    """What the physics notebook shows for a measured run (status ``ok``): a line naming the
+    device, driver, torch, CUDA, copy bandwidth (GB/s) and tp; the per-T table (index T;
+    ``eager_ms_p50/p90``, ``graph_ms_p50/p90``, ``floor_ms``, ``eager_host_ms_p50`` in ms,
+    ``kernels_per_forward``, and ``eager_over_graph`` = eager p50 / graph p50), rounded to
+    3 decimals; and the ratios (T = ``verify_tokens`` over T = 1) as a one-column frame.
+
+    :raises KeyError: ``metrics`` is not an ``ok`` run of :func:`lab.physics.run_physics`.
+    """
+    import pandas as pd  # here, not at import: the package imports with the standard library only
+
+    cols = ["T", "eager_ms_p50", "eager_ms_p90", "graph_ms_p50", "graph_ms_p90", "floor_ms",
+            "eager_host_ms_p50", "kernels_per_forward"]
+    table = pd.DataFrame(metrics["rows"]).reindex(columns=cols).set_index("T")
+    table["eager_over_graph"] = table["eager_ms_p50"] / table["graph_ms_p50"]
+    d = metrics["device"]
+    line = (f"{d['name']} x{d['count']}, driver {d['driver']}, torch {d['torch']}, CUDA {d['cuda']}, "
+            f"copy bandwidth {metrics['copy_bandwidth_gb_s']:.0f} GB/s, tp={metrics['tp']}")
+    verify = metrics["params"]["verify_tokens"]
+    ratios = pd.Series(metrics["ratios"], name=f"T={verify} over T=1").round(3).to_frame()
+    return line, table.round(3), ratios

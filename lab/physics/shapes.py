@@ -1,4 +1,5 @@
-"""Parameters and shape arithmetic of the physics stage (pure Python, no torch).
+"""Shape arithmetic of the physics stage (pure Python, no torch); its parameters are
+:class:`lab.physics.params.PhysicsConfig` (re-exported here).
 
 The layer stack measured by :mod:`lab.physics.bench` is the per-GPU shard of a
 Kimi-K2.5-shaped decoder under Megatron-style tensor parallelism. This module turns its
@@ -25,11 +26,13 @@ Embedding, LM head and the MoE router are left out.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
+
+from lab.physics.params import DTYPE_BYTES, INT_FIELDS, PHYSICS_DEFAULTS, PhysicsConfig
 
 __all__ = [
     "DTYPE_BYTES",
+    "INT_FIELDS",
     "PHYSICS_DEFAULTS",
     "PhysicsConfig",
     "weight_bytes_per_layer",
@@ -40,101 +43,6 @@ __all__ = [
     "percentiles_ms",
     "compute_ratios",
 ]
-
-#: Bytes per element of the dtypes the stage accepts (float32 only for CPU checks).
-DTYPE_BYTES: dict[str, int] = {"bfloat16": 2, "float16": 2, "float32": 4}
-
-#: The defaults of ``params.yaml``'s ``physics:`` section (= ``lab.config.PhysicsParams``).
-PHYSICS_DEFAULTS: dict[str, Any] = {
-    "hidden_size": 7168,
-    "num_layers": 61,
-    "heads_per_gpu": 8,
-    "head_dim": 128,
-    "mlp_intermediate_per_gpu": 2304,
-    "kv_context": 2048,
-    "tokens": [1, 2, 3, 4, 5, 6, 7, 8],
-    "tp": 1,
-    "warmup_iters": 10,
-    "timed_iters": 50,
-    "dtype": "bfloat16",
-    "verify_tokens": 3,
-}
-
-
-@dataclass(frozen=True)
-class PhysicsConfig:
-    """The physics stage's parameters as a plain frozen dataclass.
-
-    Same fields and defaults as :class:`lab.config.PhysicsParams` (which validates
-    ``params.yaml``); this copy exists so the stage runs where pydantic is absent (the
-    device machine). Convert with ``PhysicsConfig.from_mapping(params.physics.model_dump())``.
-
-    Units: sizes in elements, ``kv_context`` and ``tokens`` in tokens, iterations as counts.
-
-    :raises ValueError: from :meth:`from_mapping` / construction for an unknown key, a
-        non-positive size, an empty or non-positive ``tokens`` list or an unknown dtype.
-    """
-
-    hidden_size: int = 7168
-    num_layers: int = 61
-    heads_per_gpu: int = 8
-    head_dim: int = 128
-    mlp_intermediate_per_gpu: int = 2304
-    kv_context: int = 2048
-    tokens: tuple[int, ...] = field(default=(1, 2, 3, 4, 5, 6, 7, 8))
-    tp: int = 1
-    warmup_iters: int = 10
-    timed_iters: int = 50
-    dtype: str = "bfloat16"
-    verify_tokens: int = 3
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "tokens", tuple(int(t) for t in self.tokens))
-        for name in ("hidden_size", "num_layers", "heads_per_gpu", "head_dim",
-                     "mlp_intermediate_per_gpu", "kv_context", "tp", "warmup_iters",
-                     "timed_iters", "verify_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"physics.{name}: must be a positive integer, got {value!r}")
-        if not self.tokens or any(t < 1 for t in self.tokens):
-            raise ValueError(f"physics.tokens: must be a non-empty list of positive integers, got {list(self.tokens)}")
-        if len(set(self.tokens)) != len(self.tokens):
-            raise ValueError(f"physics.tokens: duplicate entries in {list(self.tokens)}")
-        if self.dtype not in DTYPE_BYTES:
-            raise ValueError(f"physics.dtype: one of {sorted(DTYPE_BYTES)}, got {self.dtype!r}")
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any] | None = None, **overrides: Any) -> "PhysicsConfig":
-        """Build from a dict (e.g. ``params.yaml``'s ``physics:`` section) plus overrides.
-
-        Missing keys take :data:`PHYSICS_DEFAULTS`; ``None`` overrides are ignored.
-
-        :raises ValueError: an unknown key (named in the message) or an invalid value.
-        """
-        merged: dict[str, Any] = dict(values or {})
-        merged.update({k: v for k, v in overrides.items() if v is not None})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(merged) - known)
-        if unknown:
-            raise ValueError(f"physics: unknown key(s) {unknown}; known: {sorted(known)}")
-        return cls(**merged)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (``tokens`` as a list)."""
-        d = asdict(self)
-        d["tokens"] = list(self.tokens)
-        return d
-
-    @property
-    def dtype_bytes(self) -> int:
-        """Bytes per element of :attr:`dtype` (2 for bf16)."""
-        return DTYPE_BYTES[self.dtype]
-
-    @property
-    def attn_width(self) -> int:
-        """``heads_per_gpu * head_dim``: the per-GPU width of q, k, v and o's input."""
-        return self.heads_per_gpu * self.head_dim
-
 
 def weight_bytes_per_layer(cfg: PhysicsConfig) -> dict[str, int]:
     """Weight bytes of one layer's per-GPU shard, by part.

@@ -1,1 +1,1 @@
-"""Orchestration: the DVC stage entry point (stage), one mode's benchmark (bench), the engine's lifetime around it (lifetime), interrupt handling (interrupt), the `lab` CLI (cli) and sweep expansion (sweep)."""
+"""Orchestration: the DVC stage entry point (stage), one mode's benchmark (bench), the engine's lifetime around it (lifetime), the compare stage (compare), the physics stage (physics), interrupt handling (interrupt), the `lab` CLI (cli) and sweep expansion (sweep). Calls analysis, report and tracking; none of them calls back."""

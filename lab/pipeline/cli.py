@@ -92,7 +92,7 @@ def print_summary(reports_dir: Path) -> int:
     where report.html is), then the full table; 0, or 2 when the compare stage has not
     written it yet (the message says to run ``dvc repro``). Imports nothing heavy."""
     from lab.report.answer import answer_text
-    from lab.analysis.compare import read_summary_rows, summary_markdown
+    from lab.report.tables import read_summary_rows, summary_markdown
 
     try:
         rows = read_summary_rows(reports_dir / "summary.csv")

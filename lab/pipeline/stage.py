@@ -105,7 +105,7 @@ def _physics_not_run(params: LabParams, out_dir: Path, root: Path) -> Path:
     import json
 
     from lab.physics.run import run_physics
-    from lab.tracking.physics_log import log_physics
+    from lab.tracking.physics_log import record_physics
 
     metrics = run_physics(params.physics.model_dump(mode="json"), out_dir)
     nb = json.loads((root / "notebooks" / "physics.ipynb").read_text())
@@ -117,9 +117,7 @@ def _physics_not_run(params: LabParams, out_dir: Path, root: Path) -> Path:
     from lab.atomic import write_text_atomic
 
     write_text_atomic(output, json.dumps(nb, indent=1) + "\n")
-    run_id = log_physics(params, metrics, out_dir)
-    if run_id:
-        write_text_atomic(out_dir / "mlflow_run.json", json.dumps({"mlflow_run_id": run_id}))
+    record_physics(params, metrics, out_dir)
     _log_executed_notebook(params, output)
     return output
 

@@ -1,1 +1,1 @@
-"""Showing results: figures (figures, sweep_figures), one mode's table (tables), the per-category figure and lines (taskmix), the HTML report (html) and the one-paragraph answer (answer). Reads what analysis computed; computes nothing new."""
+"""Showing results: figures (figures, sweep_figures), the summary tables and files (tables), the HTML report (html) and the one-paragraph answer (answer). Reads what analysis computed; computes nothing new."""

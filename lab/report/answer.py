@@ -3,7 +3,7 @@
 One renderer for every place that states the answer: the end of ``dvc repro`` (printed by
 the compare stage, :mod:`lab.pipeline.stage`), the top of ``reports/report.html`` and
 ``reports/summary.md``, and ``lab summary``. Its input is the comparison that
-:func:`lab.analysis.compare.run_compare` returns and writes to ``reports/comparison.json``:
+:func:`lab.pipeline.compare.run_compare` returns and writes to ``reports/comparison.json``:
 
 - ``baseline``: the baseline mode's name (None: no speedups);
 - ``modes``: ``{mode: {point: entry}}``; an entry holds ``concurrency``, the means

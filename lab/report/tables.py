@@ -1,42 +1,122 @@
-"""Tables for people: one mode's results as a pandas DataFrame (what ``bench.ipynb`` shows).
+"""The comparison's tables and summary files: ``reports/summary.csv``, ``summary.md``,
+``comparison.json`` and ``summary.json``, and the Markdown / pandas tables built from its rows.
 
-Display only: it formats the aggregates :mod:`lab.analysis.aggregate` computed and never
-computes a number itself.
+Formats only what :mod:`lab.analysis.compare` computed (rows of
+:func:`lab.analysis.compare.summarize`, flat numbers of :func:`lab.analysis.compare.lean_numbers`);
+every file goes through :mod:`lab.atomic`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import csv
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from lab.analysis.aggregate import HEADLINE_METRICS
+from lab.analysis import stats
+from lab.atomic import atomic_path, write_json_atomic, write_text_atomic
 
-__all__ = ["levels_table"]
-
-
-def levels_table(result: dict[str, Any]):
-    """A pandas table of one mode's results: one column per point, one row per metric, each
-    cell ``mean [lo, hi]`` (the 95 % interval; the mean alone with one repeat).
-
-    Emulator runs get ``truth_*`` rows: what the emulator actually delivered.
-
-    :param result: ``result.json`` content (:meth:`lab.measure.result.ModeResult.to_dict`).
-    :returns: ``pandas.DataFrame`` indexed by metric name, one column per point key.
-    """
+if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fast
     import pandas as pd
 
-    rows = []
-    for key, agg in result.get("levels", {}).items():
-        row: dict[str, Any] = {"point": key, "repeats": agg["repeats"]}
-        for m in HEADLINE_METRICS:
-            if m in agg:
-                v = agg[m]
-                row[m] = (f"{v['mean']:.2f} [{v['ci95_lo']:.2f}, {v['ci95_hi']:.2f}]"
-                          if v["ci95_lo"] == v["ci95_lo"] else f"{v['mean']:.2f}")
-        row["token_accounting_ok"] = agg.get("token_accounting_ok")
-        row["degenerate_output"] = agg.get("degenerate_output")
-        truth = result.get("ground_truth", {}).get(key, {})
-        for m in ("decode_tok_s", "accept_length", "verify_ms"):
-            if truth.get(m) is not None:
-                row[f"truth_{m}"] = round(truth[m], 2)
-        rows.append(row)
-    return pd.DataFrame(rows).set_index("point").T
+__all__ = ["write_csv", "write_summary_markdown", "write_comparison_json", "summary_markdown",
+           "read_summary_rows", "summary_table"]
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    """Write ``rows`` (one dict per mode x point) as CSV, atomically; the columns are the
+    union of the rows' keys in first-seen order, a missing cell is empty."""
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def write_summary_markdown(path: Path, answer: str, rows: list[dict[str, Any]], baseline: str | None) -> None:
+    """``reports/summary.md``: the answer (:func:`lab.report.answer.answer_markdown`), then
+    the full table (:func:`summary_markdown`), atomically."""
+    write_text_atomic(path, "\n\n".join([answer, summary_markdown(rows, baseline)]) + "\n")
+
+
+def write_comparison_json(rep_dir: Path, summary: dict[str, Any], lean: dict[str, float]) -> None:
+    """``comparison.json`` (the summary without its flat ``rows``) and ``summary.json`` (the
+    flat numbers ``lean``, the DVC metrics file) under ``rep_dir``, atomically."""
+    write_json_atomic(rep_dir / "comparison.json", {k: v for k, v in summary.items() if k != "rows"})
+    write_json_atomic(rep_dir / "summary.json", lean)
+
+
+def _num(x: Any) -> float | None:
+    """A CSV cell or a float as a float; empty / missing / NaN -> None."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if v != v else v
+
+
+def _ci(row: dict[str, Any], m: str, fmt: str) -> str:
+    mean = _num(row.get(f"{m}_mean"))
+    if mean is None:
+        return "-"
+    lo, hi = _num(row.get(f"{m}_ci95_lo")), _num(row.get(f"{m}_ci95_hi"))
+    return format(mean, fmt) + (f" [{format(lo, fmt)}, {format(hi, fmt)}]" if lo is not None and hi is not None else "")
+
+
+def _mean(row: dict[str, Any], m: str, digits: int = 1) -> str:
+    mean = _num(row.get(f"{m}_mean"))
+    return "-" if mean is None else f"{mean:.{digits}f}"
+
+
+def _speedup(row: dict[str, Any], m: str, baseline: str | None, prefix: str = "") -> str:
+    text = stats.format_speedup(_num(row.get(f"{prefix}speedup_{m}")), _num(row.get(f"{prefix}speedup_{m}_ci95_lo")),
+                                _num(row.get(f"{prefix}speedup_{m}_ci95_hi")), row.get(f"{prefix}verdict_{m}"))
+    return text or ("reference" if baseline and row.get("mode") == baseline else "-")
+
+
+def summary_markdown(rows: list[dict[str, Any]], baseline: str | None = None) -> str:
+    """The comparison as a Markdown table, one line per mode x measured point: decode and
+    output tok/s (mean [95 % CI]), accept length, verify/cycle ms and both speedups over the
+    baseline with their intervals and verdicts (decode tok/s also paired prompt by prompt,
+    :mod:`lab.analysis.paired`) (README's table; ``lab summary`` prints it).
+
+    :param rows: ``summarize(...)["rows"]`` or the rows of ``reports/summary.csv`` (strings
+        are parsed; empty cells print as ``-``).
+    :param baseline: the baseline mode's name (its rows say "reference").
+    """
+    head = ["mode", "point", "decode tok/s [95 % CI]", "output tok/s [95 % CI]", "accept length", "verify ms",
+            "cycle ms", "speedup, decode tok/s [95 % CI]", "paired per prompt, decode tok/s [95 % CI]",
+            "speedup, output tok/s [95 % CI]"]
+    lines = ["| " + " | ".join(head) + " |", "| --- | --- | " + " | ".join(["---:"] * 5) + " | --- | --- | --- |"]
+    for r in rows:
+        cells = [str(r.get("mode")), str(r.get("point") or f"c{r.get('concurrency')}"),
+                 _ci(r, "decode_tok_s", ".1f"), _ci(r, "output_tok_s", ".1f"), _mean(r, "accept_length", 2),
+                 _mean(r, "verify_ms"), _mean(r, "cycle_ms"), _speedup(r, "decode_tok_s", baseline),
+                 _speedup(r, "decode_tok_s", baseline, prefix="paired_"), _speedup(r, "output_tok_s", baseline)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def read_summary_rows(path: str | Path) -> list[dict[str, str]]:
+    """Rows of ``reports/summary.csv`` (as written by :func:`write_csv` in the compare stage).
+
+    :raises FileNotFoundError: with the fix (run the compare stage first).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found. Fix: run `dvc repro` (the compare stage writes it)")
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def summary_table(summary: dict[str, Any]) -> pd.DataFrame:
+    """The comparison as a table: one row per mode x level with means, CIs and verdicts."""
+    import pandas as pd
+
+    cols = ["mode", "concurrency", "decode_tok_s_mean", "decode_tok_s_ci95_lo", "decode_tok_s_ci95_hi",
+            "output_tok_s_mean", "accept_length_mean", "verify_ms_mean", "draft_ms_mean", "cycle_ms_mean",
+            "speedup_decode_tok_s", "speedup_decode_tok_s_ci95_lo", "speedup_decode_tok_s_ci95_hi",
+            "verdict_decode_tok_s"]
+    df = pd.DataFrame(summary["rows"])
+    return df[[c for c in cols if c in df]].round(3)

@@ -1,4 +1,5 @@
-"""Showing the task mix: the per-category figure and the per-category lines of the answer.
+"""Showing the task mix: the per-category figure, the per-category lines of the answer, and
+``reports/categories.csv`` (``dvc plots``).
 
 Input is ``summary["taskmix"]`` of :func:`lab.analysis.taskmix.add_taskmix` (also in
 ``reports/comparison.json``). A category with fewer prompts than the interval needs says
@@ -12,7 +13,8 @@ import html
 from pathlib import Path
 from typing import Any
 
-__all__ = ["taskmix_lines", "taskmix_markdown", "taskmix_html", "taskmix_figure", "draw_taskmix"]
+__all__ = ["taskmix_lines", "taskmix_markdown", "taskmix_html", "taskmix_figure", "draw_taskmix",
+           "write_categories_csv"]
 
 _SPEEDUP = "speedup_decode_tok_s"
 
@@ -144,3 +146,21 @@ def draw_taskmix(summary: dict[str, Any], out_dir: str | Path) -> dict[str, str]
     savefig_atomic(fig, path, dpi=110)
     plt.close(fig)
     return {"taskmix": str(path)}
+
+
+def write_categories_csv(taskmix: dict[str, Any] | None, path: str | Path) -> Path:
+    """Write ``reports/categories.csv``: the columns
+    :data:`lab.analysis.taskmix.CSV_COLUMNS`, one row per per-category row (empty cells where a
+    value or an interval does not exist). Written, header only, also without a task mix,
+    because dvc.yaml declares it as an output of the compare stage. Returns the path."""
+    import csv
+
+    from lab.analysis.taskmix import CSV_COLUMNS
+    from lab.atomic import atomic_path
+
+    path = Path(path)
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(CSV_COLUMNS), extrasaction="ignore")
+        w.writeheader()
+        w.writerows((taskmix or {}).get("rows", []))
+    return path

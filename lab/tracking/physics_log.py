@@ -3,15 +3,17 @@ parent run. Kept apart from :mod:`lab.tracking.runs` because it needs the parent
 :mod:`lab.tracking.grouping`, which itself builds on ``runs`` (one direction, no import cycle)."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from lab.atomic import write_text_atomic
 from lab.config import LabParams
 from lab.tracking.grouping import pipeline_parent
 from lab.tracking.runs import TrackingError, flatten_params, open_run, run_tags
 
-__all__ = ["log_physics"]
+__all__ = ["log_physics", "record_physics"]
 
 
 def log_physics(params: LabParams, metrics: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> str | None:
@@ -52,3 +54,13 @@ def log_physics(params: LabParams, metrics: Mapping[str, Any], out_dir: str | os
     except TrackingError as exc:
         print(f"[lab] MLflow logging of the physics stage failed ({exc}); results are in {out}")
         return None
+
+
+def record_physics(params: LabParams, metrics: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> str | None:
+    """:func:`log_physics`, then ``<out_dir>/mlflow_run.json`` (``{"mlflow_run_id": id}``,
+    written atomically) so the stage can attach its executed notebook to the run. Returns
+    the run id, or None (and no file) when MLflow failed."""
+    run_id = log_physics(params, metrics, out_dir)
+    if run_id:
+        write_text_atomic(Path(out_dir) / "mlflow_run.json", json.dumps({"mlflow_run_id": run_id}))
+    return run_id

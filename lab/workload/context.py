@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import functools
 
+from lab.workload.dataset import KIMI_HEADERS
+
 __all__ = ["CHARS_PER_TOKEN", "document_text", "pad_prompt", "USER_HEADER"]
 
 CHARS_PER_TOKEN = 4
-USER_HEADER = "<|im_user|>user<|im_middle|>"
+#: The user turn's header in a rendered prompt (:data:`lab.workload.dataset.KIMI_HEADERS`).
+USER_HEADER = KIMI_HEADERS["user"]
 
 
 @functools.lru_cache(maxsize=1)

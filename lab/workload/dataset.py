@@ -26,6 +26,7 @@ __all__ = [
     "DatasetError",
     "Prompt",
     "KIMI_DEFAULT_SYSTEM_PROMPT",
+    "KIMI_HEADERS",
     "load_prompts",
     "render_prompt",
     "workload",
@@ -38,8 +39,9 @@ _ROLES = ("system", "user", "assistant")
 #: (``chat_template.jinja`` of moonshotai/Kimi-K2-Instruct).
 KIMI_DEFAULT_SYSTEM_PROMPT = "You are Kimi, an AI assistant created by Moonshot AI."
 
-# Kimi-K2 role headers: <|im_{system,user,assistant}|>{role}<|im_middle|>{content}<|im_end|>
-_KIMI_HEADER = {
+#: Kimi-K2 role headers: <|im_{system,user,assistant}|>{role}<|im_middle|>{content}<|im_end|>
+#: (``chat_template.jinja`` of moonshotai/Kimi-K2-Instruct; :mod:`lab.workload.context` finds the user turn by it).
+KIMI_HEADERS = {
     "system": "<|im_system|>system<|im_middle|>",
     "user": "<|im_user|>user<|im_middle|>",
     "assistant": "<|im_assistant|>assistant<|im_middle|>",
@@ -166,10 +168,10 @@ def render_prompt(prompt: Prompt, tokenizer: Any = None) -> str:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     parts: list[str] = []
     if messages[0]["role"] != "system":
-        parts.append(_KIMI_HEADER["system"] + KIMI_DEFAULT_SYSTEM_PROMPT + _KIMI_END)
+        parts.append(KIMI_HEADERS["system"] + KIMI_DEFAULT_SYSTEM_PROMPT + _KIMI_END)
     for m in messages:
-        parts.append(_KIMI_HEADER[m["role"]] + m["content"] + _KIMI_END)
-    parts.append(_KIMI_HEADER["assistant"])
+        parts.append(KIMI_HEADERS[m["role"]] + m["content"] + _KIMI_END)
+    parts.append(KIMI_HEADERS["assistant"])
     return "".join(parts)
 
 

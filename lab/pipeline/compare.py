@@ -1,0 +1,82 @@
+"""The compare stage end to end (what ``notebooks/compare.ipynb`` calls): the comparison of
+:mod:`lab.analysis.compare`, then figures and report (:mod:`lab.report`), the summary files
+(:mod:`lab.report.tables`) and the MLflow comparison run (:mod:`lab.tracking.compare_log`).
+
+Inputs are ``results/<mode>/result.json``, ``runs.json`` and ``requests.jsonl`` written by
+:mod:`lab.pipeline.bench`. Outputs under ``reports/``: ``comparison.json`` (per mode and
+level, mean and 95 % t-interval of the headline metrics, speedup over the baseline with a
+Welch log-ratio interval and a verdict, and the paired per-prompt speedup of
+:mod:`lab.analysis.paired`), ``summary.json`` (its flat numbers, the DVC metrics file),
+``summary.csv`` (one row per mode x level, for ``dvc plots``), ``categories.csv`` (accept
+length and speedup per prompt category, :mod:`lab.analysis.taskmix`), ``summary.md``,
+``report.html``, the figures, and one MLflow run holding them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lab.analysis.compare import engine_caption, lean_numbers, load_results, requests_frame, runs_frame, summarize
+from lab.analysis.paired import add_paired
+from lab.config import LabParams, repo_root
+
+__all__ = ["run_compare"]
+
+
+def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "results",
+                reports_dir: str | Path = "reports", *, track: bool = True) -> dict[str, Any]:
+    """Summary + figures + files + MLflow comparison run, in that order.
+
+    :param modes: the modes to compare (each needs ``results/<mode>/result.json`` with status ok).
+    :param results_dir, reports_dir: relative paths resolve against the repository root.
+    :param track: log the MLflow comparison run (and finish the pipeline's parent run).
+    :returns: the summary of :func:`lab.analysis.compare.summarize` with ``paired`` speedups,
+        ``caption``, ``effective_config``, ``warnings``, ``figures`` (name -> path),
+        ``profile`` and, when logged, ``mlflow_run_id``.
+    :raises lab.analysis.compare.CompareError: a mode's results are missing or failed.
+    """
+    from lab.profiling.report import profile_section  # bench.profile traces, when captured
+    from lab.report import figures
+    from lab.report import html as report
+    from lab.report.answer import answer_markdown
+    from lab.report.sweep_figures import primary_runs, primary_summary
+    from lab.report.tables import write_comparison_json, write_csv, write_summary_markdown
+
+    root = repo_root()
+    res_dir = Path(results_dir) if Path(results_dir).is_absolute() else root / results_dir
+    rep_dir = Path(reports_dir) if Path(reports_dir).is_absolute() else root / reports_dir
+    (rep_dir / "figures").mkdir(parents=True, exist_ok=True)
+    results = load_results(res_dir, modes)
+    runs = runs_frame(res_dir, modes)
+    baseline = params.baseline_mode if params.baseline_mode in modes else None
+    summary = summarize(results, runs, baseline)
+    add_paired(summary, res_dir, baseline)  # per-prompt speedup beside the per-repeat one
+    summary["caption"] = engine_caption(results, params)
+    summary["effective_config"] = {m: r.get("effective_config") for m, r in results.items()}
+    summary["warnings"] = {m: r["warnings"] for m, r in results.items() if r.get("warnings")}  # hygiene, per mode
+    summary["figures"] = figures.draw_all(primary_runs(runs), requests_frame(res_dir, modes), primary_summary(summary),
+                                          rep_dir / "figures")
+    summary["figures"].update(report.explain_figures(params, runs, summary, rep_dir / "figures"))
+    from lab.analysis.taskmix import add_taskmix, taskmix_metrics  # per prompt category
+    from lab.report.taskmix import draw_taskmix, write_categories_csv
+
+    write_categories_csv(add_taskmix(summary, results, res_dir, requests_frame(res_dir, modes)),
+                         rep_dir / "categories.csv")  # dvc plots
+    summary["figures"].update(draw_taskmix(summary, rep_dir / "figures"))
+    summary["profile"] = profile_section(results, rep_dir / "figures", baseline=baseline, caption=summary["caption"])
+    if summary["profile"] and summary["profile"]["figure"]:
+        summary["figures"]["verify_time_breakdown"] = summary["profile"]["figure"]
+    write_csv(summary["rows"], rep_dir / "summary.csv")
+    # Opens with the answer (each warning once, naming its modes), then the full table.
+    write_summary_markdown(rep_dir / "summary.md", answer_markdown(summary, "report.html"), summary["rows"], baseline)
+    report.write_report(params, summary, rep_dir / "report.html")
+    if track:
+        from lab.tracking.compare_log import log_comparison
+
+        run_id = log_comparison(params, modes, results, lean_numbers(summary), summary["figures"], rep_dir,
+                                run_metrics=taskmix_metrics(summary.get("taskmix")))
+        if run_id:
+            summary["mlflow_run_id"] = run_id
+    write_comparison_json(rep_dir, summary, lean_numbers(summary))
+    return summary
