@@ -26,7 +26,7 @@ from lab.config import load_params  # noqa: E402
 from lab.workload.dataset import load_prompts  # noqa: E402
 
 DEFINITIONS = """\
-| metric | client (lab.measure.metrics, as in every bench run) | ground truth (emulator side file, same aggregation) | what the error contains |
+| metric | client (lab.measure.records, as in every bench run) | ground truth (emulator side file, same aggregation) | what the error contains |
 | --- | --- | --- | --- |
 | decode_tok_s | median over requests of (N-1)/(t_last_chunk - t_first_chunk) | median of (N-1)/(last_token - first_token) | jitter of chunk delivery at both ends of the decode span |
 | output_tok_s | sum N / (max t_end - min t_dispatch) | sum N / (max last_token - min arrival) | the client's send -> server arrival and last chunk -> end of stream (real client-side time) |

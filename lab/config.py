@@ -28,6 +28,8 @@ __all__ = [
     "load_params",
     "repo_root",
     "find_repo_root",
+    "is_hf_id",
+    "check_dataset_params",
 ]
 
 
@@ -184,6 +186,49 @@ class ModeParams(_Strict):
         return self.algorithm is not None
 
 
+_HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_HF_KEYS = ("dataset_split", "dataset_subset", "dataset_revision", "dataset_columns", "dataset_category")
+
+
+def is_hf_id(dataset: str) -> bool:
+    """True when ``bench.dataset`` names a Hugging Face dataset (``owner/name``, not ending in
+    ``.jsonl``; loaded by :mod:`lab.workload.sources`); a local prompt file must end in ``.jsonl``."""
+    return not dataset.endswith(".jsonl") and bool(_HF_ID.match(dataset))
+
+
+def check_dataset_params(bench: Any) -> None:
+    """Validate the dataset keys of ``bench`` (:class:`lab.config.BenchParams`); called by its validator.
+
+    :raises ValueError: a message naming the key and the fix: HF-only keys with a local file;
+        an HF id without ``dataset_split`` or ``dataset_columns``; neither or both of
+        ``dataset_columns.category`` and ``dataset_category``; a value that is neither a
+        ``.jsonl`` path nor an ``owner/name`` id.
+    """
+    ds = bench.dataset
+    if not is_hf_id(ds):
+        if not ds.endswith(".jsonl"):
+            raise ValueError(
+                f"bench.dataset={ds!r} is neither a local prompt file (.jsonl) nor a Hugging Face id (owner/name). "
+                "Fix: e.g. data/prompts.jsonl, or philschmid/mt-bench with bench.dataset_split and bench.dataset_columns")
+        set_ = [f"bench.{k}" for k in _HF_KEYS if getattr(bench, k) is not None]
+        if set_:
+            raise ValueError(
+                f"{', '.join(set_)} apply to a Hugging Face dataset only, but bench.dataset={ds!r} is a local file. "
+                "Fix: remove them, or set bench.dataset to an HF id such as philschmid/mt-bench")
+        return
+    example = "e.g. bench.dataset_split: train, bench.dataset_columns: {prompt: turns, category: category} for philschmid/mt-bench"
+    if bench.dataset_split is None:
+        raise ValueError(f"bench.dataset_split missing for the Hugging Face dataset {ds!r}. Fix: {example}")
+    if bench.dataset_columns is None:
+        raise ValueError(f"bench.dataset_columns missing for the Hugging Face dataset {ds!r}. Fix: {example}")
+    has_col, has_fixed = bench.dataset_columns.category is not None, bench.dataset_category is not None
+    if has_col == has_fixed:
+        raise ValueError(
+            f"{'both' if has_col else 'neither of'} bench.dataset_columns.category and bench.dataset_category "
+            f"{'are' if has_col else 'is'} set for {ds!r}. Fix: set exactly one: the category column of a task-labelled "
+            "set (category for philschmid/mt-bench), or one fixed category for a single-task set (math for openai/gsm8k)")
+
+
 class DatasetColumns(_Strict):
     """Which columns of a Hugging Face dataset hold the prompt, its category and its id
     (``bench.dataset_columns``; :mod:`lab.workload.sources`). ``prompt``'s value may be a
@@ -234,8 +279,6 @@ class BenchParams(_Strict):
 
     @model_validator(mode="after")
     def _dataset_source(self) -> "BenchParams":
-        from lab.workload.sources import check_dataset_params
-
         check_dataset_params(self)  # ValueError names the key and the fix
         return self
 
@@ -287,6 +330,20 @@ class BenchParams(_Strict):
         if len(set(v)) != len(v):
             raise ValueError(f"duplicate levels in {v}. Fix: list each level once")
         return v
+
+
+class LosslessParams(_Strict):
+    """The lossless check of the compare stage (:mod:`lab.analysis.lossless`).
+
+    At temperature 0 a speculative mode whose share of outputs identical to the baseline's,
+    token for token, is below ``min_identical_share`` gets a warning naming the divergent
+    prompts (1.0: every output must match; EAGLE-3 is lossless). Its own section, not
+    ``bench``: only the compare stage reads it, so editing it re-runs ``compare`` alone and
+    leaves the bench stages and the sentinel's configuration hash (``bench`` is part of it)
+    as they are.
+    """
+
+    min_identical_share: float = Field(1.0, ge=0.0, le=1.0)
 
 
 class MlflowParams(_Strict):
@@ -357,6 +414,7 @@ class LabParams(_Strict):
     emulator: EmulatorParams = Field(default_factory=EmulatorParams)
     modes: dict[str, ModeParams]
     bench: BenchParams = Field(default_factory=BenchParams)
+    lossless: LosslessParams = Field(default_factory=LosslessParams)
     mlflow: MlflowParams = Field(default_factory=MlflowParams)
     physics: PhysicsParams = Field(default_factory=PhysicsParams)
     # Grid of extra modes, expanded into `modes` by `lab sweep` (validated by lab.pipeline.sweep).

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def dvc_env() -> dict[str, str]:
-    """Environment for DVC: dvc.yaml runs `python -m lab.pipeline.stage`, so the lab's interpreter
+    """Environment for DVC: dvc.yaml runs `python -m lab.pipeline.<stage>_stage`, so the lab's interpreter
     must come first on PATH."""
     bindir = str(Path(sys.executable).parent)
     return {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}

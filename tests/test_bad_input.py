@@ -20,7 +20,7 @@ from lab.pipeline.bench import run_mode
 from lab.config import ParamsError, load_params
 from lab.workload.dataset import DatasetError
 from lab.engine.preflight import PreflightError
-from lab.engine.server import ServerError, exposure_warning
+from lab.engine.process import ServerError, exposure_warning
 from lab.tracking.runs import TrackingError
 from reliability_util import ROOT, engines_on, free_port, small_params
 
@@ -53,7 +53,7 @@ def test_bad_params(tmp_path, mutate, words):
 
 def test_bad_params_stop_the_stage_before_any_server(tmp_path):
     p = _params_file(tmp_path, lambda r: r["bench"].update(concurency=[1]))
-    proc = subprocess.run([sys.executable, "-m", "lab.pipeline.stage", "bench", "--mode", "baseline", "--params", str(p)],
+    proc = subprocess.run([sys.executable, "-m", "lab.pipeline.bench_stage", "--mode", "baseline", "--params", str(p)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "bench.concurency: unknown key" in proc.stderr
     assert not (tmp_path / "server.log").exists()
@@ -91,7 +91,7 @@ def test_port_in_use_fails_before_server(tmp_path):
         s.bind(("127.0.0.1", params.server.port))
         s.listen()
         out = tmp_path / "baseline"
-        # preflight (lab.engine.preflight) catches it first; lab.engine.server's own check is the backstop
+        # preflight (lab.engine.preflight) catches it first; lab.engine.process.s own check is the backstop
         with pytest.raises((ServerError, PreflightError), match=rf"(?s)port {params.server.port} on 127.0.0.1 is in use.*[Ff]ix"):
             run_mode(params, "baseline", out)
     assert not (out / "ground_truth.jsonl").exists()  # the emulator never ran

@@ -76,7 +76,79 @@ def test_chunks_tokens_and_timings():
     assert 0.035 <= t[2] - t[1] < 0.3  # gap spans the empty chunk: ~40 ms
     assert r["output_text"].split() == ["beta", "gamma", "delta", "epsilon", "alpha", "beta"]
     assert set(r) == {"rid", "mode", "concurrency", "repeat", "prompt_index", "t_dispatch", "t_send", "t_end",
-                      "chunks", "completion_tokens", "prompt_tokens", "meta_info", "ok", "error", "output_text"}
+                      "chunks", "completion_tokens", "prompt_tokens", "meta_info", "ok", "error", "output_text",
+                      "output_ids"}
+    assert r["output_ids"] == [0, 1, 2, 3, 4, 5]  # the fake's ids: 0..n-1
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_output_ids_cumulative_or_incremental(incremental):
+    """The lossless check's input: the whole output's token ids, whether SGLang streams all ids
+    so far (default) or only each chunk's new ones (--incremental-streaming-output), with
+    0-token chunks in between."""
+    [r] = run([(0, script([2, 0, 3, 1], incremental=incremental))])
+    assert r["ok"] and r["output_ids"] == list(range(6)) and r["completion_tokens"] == 6
+
+
+def test_output_ids_that_do_not_fit_are_not_recorded():
+    """A chunk whose ids fit neither rule: no ids (the lossless check then says "not checked"),
+    never a wrong list; the request itself still counts."""
+    for kw in ({"bad_ids_at": 1}, {"bad_ids_at": 2, "incremental": True}):
+        [r] = run([(0, script([2, 1, 3], **kw))])
+        assert r["ok"] and r["completion_tokens"] == 6 and r["output_ids"] is None, kw
+
+
+def _dict_values(fn, key: str) -> dict[str, set[str]]:
+    """Source of the values of ``key`` in the dict literals of ``fn``, split by whether the
+    dict sits under an ``if incremental:`` branch."""
+    import ast
+
+    out: dict[str, set[str]] = {"incremental": set(), "other": set()}
+
+    def visit(node, under: bool) -> None:
+        if isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values):
+                if isinstance(k, ast.Constant) and k.value == key:
+                    out["incremental" if under else "other"].add(ast.unparse(v))
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "incremental":
+            for n in node.body:
+                visit(n, True)
+            for n in node.orelse:
+                visit(n, under)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, under)
+
+    visit(fn, False)
+    return out
+
+
+def test_output_ids_rule_is_sglangs(sglang_nodeps):
+    """The client's reading of ``output_ids`` (and tests/fixtures/fake_sglang.py, and the
+    emulator) against SGLang 0.5.23's own source: ``TokenizerManager._handle_batch_output``
+    streams ``state.output_ids`` (all ids so far, extended by each batch's
+    ``delta_output_ids``) unless ``incremental`` (``--incremental-streaming-output``), then
+    ``output_token_ids = delta_output_ids``; ``serve_generate_request`` writes each of those
+    dicts as one ``data:`` line."""
+    import ast
+
+    src = (sglang_nodeps / "sglang/srt/managers/tokenizer_manager.py").read_text()
+    tree = ast.parse(src)
+    [fn] = [n for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef | ast.FunctionDef)
+            and n.name == "_handle_batch_output"]
+    vals = _dict_values(fn, "output_ids")
+    assert vals["incremental"] == {"output_token_ids"}, vals
+    assert vals["other"] <= {"state.output_ids", "state.output_ids.copy()"} and vals["other"], vals
+    body = ast.unparse(fn)
+    assert "delta_output_ids = list(recv_obj.output_ids[i])" in body
+    assert "state.output_ids.extend(delta_output_ids)" in body
+    assert "output_token_ids = delta_output_ids" in body
+    assert "incremental = is_stream and self.incremental_streaming_output" in body
+    server = (sglang_nodeps / "sglang/srt/entrypoints/http_server.py").read_text()
+    assert 'yield b"data: " + dumps_json(out) + b"\\n\\n"' in server
+    # completion_tokens of a chunk is the length of state.output_ids (the client's rule to tell
+    # a cumulative list from a delta): SGLang's stream meta sets it from the same counter
+    assert "'completion_tokens': recv_obj.completion_tokens[i]" in body
 
 
 def test_closed_loop_concurrency_and_dispatch():

@@ -17,7 +17,8 @@ from lab.measure import client
 from lab.analysis.compare import summarize
 from lab.config import load_params
 from lab.engine.effective import effective_config, identical_modes, identical_notice
-from lab.engine.server import ServerProcess, build_server_command
+from lab.engine.command import build_server_command
+from lab.engine.process import ServerProcess
 from lab.engine.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

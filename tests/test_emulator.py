@@ -490,7 +490,7 @@ def test_eager_draft_is_booked_as_decode_and_extend(tmp_path):
     """Issue 12 item 1: above the captured batch size the draft runs eagerly, booked as
     ``decode``/``extend`` (eagle_worker_v2.py ~693-715, eager_runner.py ~261, ~342-350); the
     ground truth still counts it as draft time; every TP rank exports its series."""
-    from lab.measure.metrics import parse_prometheus, server_timing
+    from lab.measure.prometheus import parse_prometheus, server_timing
 
     m = EmulatorMetrics("m", True, tp_size=4)
     before = m.render().decode()

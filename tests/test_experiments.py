@@ -46,12 +46,19 @@ def test_exp_run_set_param_and_exp_show(repo):
 
 
 def test_exp_run_refuses_untracked_dependency(repo):
+    # a new module the bench stage would import: listed in its deps (as tests/test_dvc_deps.py
+    # requires), not yet added to git
     extra = repo / "lab" / "zz_untracked.py"
     extra.write_text("X = 1\n")
+    dvc_yaml = repo / "dvc.yaml"
+    committed = dvc_yaml.read_text()
+    dvc_yaml.write_text(committed.replace("        - notebooks/bench.ipynb\n",
+                                          "        - notebooks/bench.ipynb\n        - lab/zz_untracked.py\n", 1))
     try:
         proc = _dvc(repo, "exp", "run", "-S", "bench.max_new_tokens=11")
     finally:
         extra.unlink()
+        dvc_yaml.write_text(committed)
     assert proc.returncode != 0
     assert "lab/zz_untracked.py" in proc.stdout + proc.stderr and "untracked by git" in proc.stdout + proc.stderr
 

@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from lab.measure.point import BenchError
 from lab.pipeline.bench import run_mode
 from lab.emulator.faults import FaultError, parse_faults
-from lab.engine.server import ServerError
+from lab.engine.process import ServerError
 from reliability_util import engines_on, lost_results, port_free, small_params, tally
 
 

@@ -61,7 +61,7 @@ def _start(repo: Path, how: str) -> subprocess.Popen:
         else:
             env["SHELL"] = "/bin/sh"
     else:
-        argv = [sys.executable, "-m", "lab.pipeline.stage", "bench", "--mode", "baseline"]
+        argv = [sys.executable, "-m", "lab.pipeline.bench_stage", "--mode", "baseline"]
     # own session, like a terminal's foreground job: Ctrl-C = SIGINT to this process group
     return subprocess.Popen(argv, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
@@ -135,7 +135,7 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
             time.sleep(1.0)
             r["survived_hard_kill"] = bool(engines_on(r["port"]))
             r["recorded"] = bool(list((r["repo"] / ".cache" / "servers").glob("*.json")))
-            nxt = subprocess.run([sys.executable, "-c", "from lab.engine.server import stop_stale_servers as s; s()"],
+            nxt = subprocess.run([sys.executable, "-c", "from lab.engine.process import stop_stale_servers as s; s()"],
                                  cwd=r["repo"], env=_env(), capture_output=True, text=True, timeout=60)
             r["next_launch"] = nxt.stdout + nxt.stderr
     for case, r in runs.items():

@@ -1,4 +1,4 @@
-"""Tests for lab.measure.metrics on hand-built records and SGLang-format fixtures with known answers."""
+"""Tests for lab.measure.records, .prometheus, .decode_log and .server_info on hand-built records and SGLang-format fixtures with known answers."""
 
 from __future__ import annotations
 
@@ -7,18 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.measure.metrics import (
-    LATENCY_METRICS,
-    SERVER_TIMING_KEYS,
-    measured_window_s,
-    parse_decode_log,
-    parse_prometheus,
-    summarize_decode_log,
-    request_metrics,
-    server_timing,
-    step_time_ms,
-    summarize_run,
-)
+from lab.measure.decode_log import parse_decode_log, summarize_decode_log
+from lab.measure.prometheus import SERVER_TIMING_KEYS, parse_prometheus, server_timing
+from lab.measure.records import LATENCY_METRICS, measured_window_s, request_metrics, summarize_run
+from lab.measure.server_info import step_time_ms
 
 FX = Path(__file__).parent / "fixtures"
 
@@ -258,7 +250,6 @@ def test_server_timing_counts_one_tp_rank_and_books_eager_draft_as_draft():
 def test_server_step_ms_not_biased_by_the_idle_gap_before_a_window():
     """Issue 12 item 5: SGLang's step clock is not reset while idle (metrics_reporter.py ~942),
     so the window's first step_time_dict entry spans the idle gap; the median ignores it."""
-    from lab.measure.metrics import summarize_run
 
     before = {"internal_states": [{"step_time_dict": {"1": [0.0121] * 3}}]}
     # first new entry: 40 iterations of 12 ms plus 2 s idle, spread over the interval of 40

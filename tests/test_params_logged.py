@@ -57,8 +57,9 @@ def _expected(value) -> str:
 
 def test_every_default_param_reaches_a_run_with_its_value():
     """Walk the default params.yaml: each leaf is in the params of the runs that log it (its
-    mode's run; physics.* in the physics run) with its value, never ``***``."""
-    from lab.tracking.params_log import mode_run_params
+    mode's run; physics.* in the physics run; sweep.* in the comparison run, the one stage that
+    declares it) with its value, never ``***``."""
+    from lab.tracking.params_log import compare_run_params, mode_run_params
 
     params = load_params(ROOT / "params.yaml")
     raw = params.model_dump()
@@ -72,6 +73,8 @@ def test_every_default_param_reaches_a_run_with_its_value():
             checks = [(logged[mode], f"mode.{key}")]
         elif top == "physics":
             checks = [(physics, name)]
+        elif top == "sweep":
+            checks = [(compare_run_params(params), name)]
         else:
             checks = [(run, name) for run in logged.values()]
         for run, key in checks:

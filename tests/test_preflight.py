@@ -19,7 +19,7 @@ import pytest
 from lab.pipeline.cli import main as lab_main
 from lab.config import load_params
 from lab.engine.preflight import FAIL, OK, SKIP, argv_check, run_preflight, sglang_check, weights_check
-from lab.engine.server import build_server_command
+from lab.engine.command import build_server_command
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -21,7 +21,8 @@ import psutil
 import pytest
 
 from lab.emulator.proctree import CHILD_NAMES
-from lab.engine.server import ServerCommand, ServerError, ServerProcess, build_server_command, stop_stale_servers
+from lab.engine.command import ServerCommand, build_server_command
+from lab.engine.process import ServerError, ServerProcess, stop_stale_servers
 from reliability_util import small_params
 from scratch import orphan_server_record
 

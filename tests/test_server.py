@@ -1,4 +1,4 @@
-"""lab.engine.server: the SGLang argv of every mode (checked by SGLang's own parser) and the
+"""lab.engine.command and lab.engine.process: the SGLang argv of every mode (checked by SGLang's own parser) and the
 engine process lifecycle (checked with tiny fake engines)."""
 
 from __future__ import annotations
@@ -15,14 +15,8 @@ import pytest
 
 from lab.engine.ports import free_port
 from lab.config import load_params
-from lab.engine.server import (
-    ServerCommand,
-    ServerError,
-    ServerProcess,
-    build_server_command,
-    check_port_free,
-    stop_stale_servers,
-)
+from lab.engine.command import ServerCommand, build_server_command
+from lab.engine.process import ServerError, ServerProcess, check_port_free, stop_stale_servers
 from scratch import orphan_server_record
 
 ROOT = Path(__file__).resolve().parents[1]

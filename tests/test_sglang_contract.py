@@ -39,8 +39,9 @@ from lab.engine.effective import effective_config
 from lab.emulator.args import parse_args
 from lab.emulator.metrics import FORWARD_CATEGORIES, EmulatorMetrics
 from lab.emulator.sglog import decode_batch_line, prefill_batch_line, startup_lines
-from lab.measure.metrics import CUDA_GRAPH_PASSES, FORWARD_SECONDS, parse_decode_log, parse_prometheus
-from lab.engine.server import build_server_command
+from lab.measure.decode_log import parse_decode_log
+from lab.measure.prometheus import CUDA_GRAPH_PASSES, FORWARD_SECONDS, parse_prometheus
+from lab.engine.command import build_server_command
 
 # sglang_nodeps: the shared fixture of tests/conftest.py (SGLang 0.5.23's source, no deps)
 
@@ -386,7 +387,7 @@ def test_emulator_startup_lines_match_sglang_format(line_regexes):
 def test_live_emulator_log_and_fixtures_match_sglang_format(line_regexes, tmp_path):
     """Every batch, capture and ready line a live emulator logs, and every such line in the
     hand-written fixtures, is one SGLang 0.5.23 prints."""
-    from lab.engine.server import ServerProcess
+    from lab.engine.process import ServerProcess
     from reliability_util import small_params
     import urllib.request
 

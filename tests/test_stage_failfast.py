@@ -1,7 +1,7 @@
 """A stage that cannot start fails before papermill starts a kernel (issue 11, item 6), and
 the physics stage records "not run" without a kernel when CUDA is absent (item 7).
 
-Each case runs ``python -m lab.pipeline.stage`` in a scratch copy of the lab, as ``dvc repro`` does,
+Each case runs the stage's entry module (``python -m lab.pipeline.<stage>_stage``) in a scratch copy of the lab, as ``dvc repro`` does,
 and checks what a user would see and what is left: the short preflight table instead of a
 papermill traceback, the previous results of the mode byte for byte (``ground_truth.jsonl``
 included), no MLflow run left RUNNING (the pipeline's parent included). The elapsed time is
@@ -65,7 +65,8 @@ def _stage(repo: Path, *args: str, no_gpu: bool = False) -> tuple[subprocess.Com
         (fake / "pynvml.py").write_text(NO_GPU_PYNVML)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(fake), env.get("PYTHONPATH")) if p)
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "lab.pipeline.stage", *args], cwd=repo, capture_output=True, text=True,
+    stage, *rest = args
+    proc = subprocess.run([sys.executable, "-m", f"lab.pipeline.{stage}_stage", *rest], cwd=repo, capture_output=True, text=True,
                           timeout=300, env=env)
     return proc, time.monotonic() - t0
 

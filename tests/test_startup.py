@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from lab.config import load_params
-from lab.engine.server import ServerProcess, build_server_command
+from lab.engine.command import build_server_command
+from lab.engine.process import ServerProcess
 from lab.engine.startup import StartupTracker, parse_startup_line
 
 ROOT = Path(__file__).resolve().parents[1]

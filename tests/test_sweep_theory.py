@@ -87,6 +87,10 @@ def test_stage_refuses_untracked_dependency_inside_an_experiment(tmp_path, monke
     for name in ("dvc.yaml", "params.yaml"):
         shutil.copy(ROOT / name, tmp_path / name)
     git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    # a new module the bench stage imports: listed in its deps (tests/test_dvc_deps.py), not yet git-added
+    dvc_yaml = tmp_path / "dvc.yaml"
+    dvc_yaml.write_text(dvc_yaml.read_text().replace("        - notebooks/bench.ipynb\n",
+                                                     "        - notebooks/bench.ipynb\n        - lab/new_helper.py\n", 1))
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     subprocess.run(["git", "add", "."], cwd=tmp_path, check=True)
     subprocess.run([*git, "commit", "-qm", "x"], cwd=tmp_path, check=True)

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lab.analysis import stats
-from lab.config import LabParams
+from lab.config import LabParams, repo_root
 from lab.engine.effective import identical_modes, identical_notice
 
 if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fast
     import pandas as pd
 
 __all__ = ["CompareError", "load_results", "runs_frame", "requests_frame", "summarize",
-           "engine_caption", "lean_numbers", "SPEEDUP_METRICS", "SUMMARY_METRICS"]
+           "engine_caption", "lean_numbers", "add_lossless", "SPEEDUP_METRICS", "SUMMARY_METRICS"]
 
 # Throughputs compared against the baseline (higher is better).
 SPEEDUP_METRICS = ("decode_tok_s", "output_tok_s")
@@ -170,7 +170,8 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
 def lean_numbers(summary: dict[str, Any]) -> dict[str, float]:
     """Flat numbers for DVC (``reports/summary.json``) and MLflow: ``<mode>.<point>.<metric>``
     means of decode/output tok/s, accept length, verify ms and error rate, the per-repeat
-    decode speedup and the paired one with its interval (:mod:`lab.analysis.paired`)."""
+    decode speedup and the paired one with its interval (:mod:`lab.analysis.paired`), and
+    ``<mode>.lossless.*`` of the lossless check (:func:`lab.analysis.lossless.flat_metrics`)."""
     flat: dict[str, float] = {}
     for mode, levels in summary["modes"].items():
         for lvl, e in levels.items():
@@ -183,7 +184,48 @@ def lean_numbers(summary: dict[str, Any]) -> dict[str, float]:
                 p = e["paired_speedup_decode_tok_s"]
                 flat.update({f"{mode}.{lvl}.paired_speedup_decode_tok_s{sfx}": p[k] for sfx, k in
                              (("", "ratio"), ("_ci95_lo", "ci95_lo"), ("_ci95_hi", "ci95_hi")) if p.get(k) is not None})
+    if summary.get("lossless"):  # lab.analysis.lossless: <mode>.lossless.identical_share, ...
+        from lab.analysis.lossless import flat_metrics
+
+        flat.update(flat_metrics(summary["lossless"]))
     return flat
+
+
+def add_lossless(summary: dict[str, Any], params: LabParams, results_dir: Path, modes: list[str],
+                 baseline: str | None) -> None:
+    """Run :func:`lab.analysis.lossless.check_lossless` on ``<results_dir>/<mode>/requests.jsonl``
+    and add it to ``summary``: ``summary["lossless"]`` (the check's dict), its warnings
+    appended to ``summary["warnings"][mode]``, and ``lossless_identical_share`` on every
+    checked row of ``summary["rows"]`` (summary.csv, ``dvc plots``).
+
+    Prompt heads come from ``bench.dataset`` (none when it cannot be read); modes with
+    ``simulate_accept_length`` are not checked (SGLang then accepts draft tokens unverified).
+    The threshold is ``lossless.min_identical_share``.
+    """
+    from lab.analysis.lossless import check_lossless
+    from lab.workload.dataset import DatasetError, load_prompts
+
+    records: dict[str, list[dict[str, Any]]] = {}
+    for mode in modes:
+        path = results_dir / mode / "requests.jsonl"
+        lines = path.read_text().splitlines() if path.is_file() else []
+        records[mode] = [json.loads(line) for line in lines if line.strip()]
+    try:
+        texts = {i: p.messages[-1]["content"] for i, p in
+                 enumerate(load_prompts(repo_root() / params.bench.dataset))}
+    except (DatasetError, OSError):
+        texts = {}
+    skip = {m: "simulated acceptance (SGLANG_SIMULATE_ACC_LEN) accepts draft tokens unverified"
+            for m in modes if m in params.modes and params.modes[m].simulate_accept_length is not None}
+    res = check_lossless(records, baseline, temperature=params.bench.temperature,
+                         min_identical_share=params.lossless.min_identical_share, prompt_texts=texts, skip=skip)
+    summary["lossless"] = res
+    for mode, ws in res["warnings"].items():
+        summary.setdefault("warnings", {}).setdefault(mode, []).extend(ws)
+    for row in summary["rows"]:
+        pt = ((res["modes"].get(row["mode"]) or {}).get("points") or {}).get(row.get("point"))
+        if pt:
+            row["lossless_identical_share"] = pt["identical_share"]
 
 
 def _round(x: float | None) -> float | None:

@@ -7,7 +7,7 @@ point ``p`` is the same prompt with the same length in every mode (its ``rid`` e
 ``-r<r>-<i>``, its record carries ``prompt_index`` and ``repeat``). This module matches
 those requests across two modes and compares them prompt by prompt.
 
-Method (per point, for the per-request ``decode_tok_s`` of :func:`lab.measure.metrics.request_metrics`):
+Method (per point, for the per-request ``decode_tok_s`` of :func:`lab.measure.records.request_metrics`):
 
 1. For every matched request pair (same point, repeat, slot ``i`` and ``prompt_index``,
    both ok): ``d = log(decode_tok_s_other / decode_tok_s_base)``.
@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from lab.analysis import stats
-from lab.measure.metrics import request_metrics
+from lab.measure.records import request_metrics
 
-__all__ = ["load_request_speeds", "paired_speedup", "add_paired", "PAIRED_METRIC", "METHOD"]
+__all__ = ["load_request_speeds", "paired_speedup", "add_paired", "request_slot", "PAIRED_METRIC", "METHOD"]
 
 #: The per-request metric compared (``output_tok_s`` exists only per run, not per request).
 PAIRED_METRIC = "decode_tok_s"
@@ -46,6 +46,13 @@ METHOD = ("per prompt: geometric mean over repeats of decode_tok_s ratios (same 
           "slot and output length in both modes); Student-t 95 % interval on the log ratios across prompts")
 
 _SLOT = re.compile(r"-r(\d+)-(\d+)$")
+
+
+def request_slot(rid: Any) -> int | None:
+    """A measured request's position in its (point, repeat) list: ``<slot>`` of the rid
+    suffix ``-r<repeat>-<slot>`` (:func:`lab.pipeline.bench.run_mode` names them so), or None."""
+    m = _SLOT.search(str(rid or ""))
+    return int(m.group(2)) if m else None
 
 
 def load_request_speeds(path: str | Path) -> list[dict[str, Any]]:
@@ -68,9 +75,8 @@ def load_request_speeds(path: str | Path) -> list[dict[str, Any]]:
             rec = json.loads(line)
             if rec.get("point") is None:
                 continue
-            m = _SLOT.search(str(rec.get("rid", "")))
             speed = request_metrics(rec).get(PAIRED_METRIC) if rec.get("ok") else None
-            out.append({"point": rec["point"], "repeat": rec.get("repeat"), "slot": int(m.group(2)) if m else None,
+            out.append({"point": rec["point"], "repeat": rec.get("repeat"), "slot": request_slot(rec.get("rid")),
                         "prompt_index": rec.get("prompt_index"), "ok": bool(rec.get("ok")), PAIRED_METRIC: speed})
     return out
 

@@ -279,7 +279,7 @@ def check(params, result: Mapping[str, Any], *, run_id: str | None, log=print) -
 
     b = params.bench
     data = Path(b.dataset)
-    from lab.workload.sources import is_hf_id
+    from lab.config import is_hf_id
 
     # A Hugging Face set has no file here: the hash of the prompts it loaded (result["dataset"]).
     sha = ((result.get("dataset") or {}).get("prompts_sha256") if is_hf_id(b.dataset)

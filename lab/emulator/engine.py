@@ -207,11 +207,13 @@ class Engine:
         """One request's line in the ground-truth file: arrival, first/last token times (s,
         the engine clock), prompt/completion tokens, verify count, the prompt's task ``category``
         (:mod:`lab.emulator.categories`; None when unmapped), ``finish_reason`` (``length`` or
-        ``abort``); flushed so a reader sees it at once."""
+        ``abort``), ``diverged_from`` (the token position from which the ``diverge-at`` fault
+        altered its output, or None); flushed so a reader sees it at once."""
         self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
                           "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,
                           "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct,
-                          "category": r.category, "finish_reason": finish_reason}, flush=True)
+                          "category": r.category, "finish_reason": finish_reason, "diverged_from": r.diverge_at},
+                         flush=True)
 
     def _drop_aborted(self) -> None:
         gone = [r for r in (*self.waiting, *self.running) if r.aborted]

@@ -25,6 +25,15 @@ same strings, default empty), so a pipeline run can inject them too.
 ``orphan-child``          rank 0's scheduler child has no parent-death signal, so it
                           outlives a crashed launcher (the group leader is gone, a child
                           of the group lives on: what an SGLang crash can leave)
+``diverge-at=K``          a speculative server's output differs from plain decoding from
+                          token position ``K`` (0-based) on, for the prompts that
+                          ``diverge-share`` selects (a verify bug, a numerics difference:
+                          what the lab's lossless check, ``lab/analysis/lossless.py``,
+                          must catch); plain-decoding servers are unaffected
+``diverge-share=F``       share of prompts ``diverge-at`` alters, ``0 < F <= 1`` (default
+                          1): a prompt is altered when the hash of its text, as a fraction
+                          of 2^64, is below ``F`` (:meth:`Faults.diverges_at`), so the same
+                          prompts are altered in every launch and repeat
 ========================  =================================================================
 
 :func:`parse_faults` validates the strings (the lab's params use it too); the emulator's
@@ -56,7 +65,12 @@ FAULTS: dict[str, tuple[type | None, str]] = {
     "slow-health": (float, "/health takes S seconds while requests run"),
     "ignore-sigterm": (None, "ignore SIGTERM/SIGINT (needs SIGKILL)"),
     "orphan-child": (None, "rank 0's scheduler child outlives the launcher"),
+    "diverge-at": (int, "speculative outputs differ from plain decoding from token K on"),
+    "diverge-share": (float, "share of prompts diverge-at alters (0 < F <= 1)"),
 }
+
+#: Faults whose value may be 0.
+_ZERO_OK = ("crash-after", "diverge-at")
 
 
 def _forms() -> str:
@@ -82,8 +96,10 @@ def parse_fault(text: str) -> tuple[str, float | int | None]:
         value = typ(raw)
     except ValueError:
         raise FaultError(f"emulator fault {text!r} needs a {typ.__name__} value. Fix: e.g. {name}=2") from None
-    if value < 0 or (value == 0 and name != "crash-after"):
+    if value < 0 or (value == 0 and name not in _ZERO_OK):
         raise FaultError(f"emulator fault {text!r}: value must be positive. Fix: e.g. {name}=2")
+    if name == "diverge-share" and value > 1:
+        raise FaultError(f"emulator fault {text!r}: a share is at most 1. Fix: e.g. diverge-share=0.5")
     return name, value
 
 
@@ -99,6 +115,12 @@ def parse_faults(texts: list[str] | tuple[str, ...] | None) -> "Faults":
     return f
 
 
+def _active(value: object) -> bool:
+    """A fault field is set: not None and not False (``0`` is a value: ``crash-after=0``,
+    ``diverge-at=0``; ``0 in (None, False)`` would be True)."""
+    return value is not None and value is not False
+
+
 @dataclasses.dataclass
 class Faults:
     """The active faults of one emulator process, and their hooks (all no-ops by default)."""
@@ -111,19 +133,20 @@ class Faults:
     slow_health: float | None = None
     ignore_sigterm: bool = False
     orphan_child: bool = False
+    diverge_at: int | None = None
+    diverge_share: float | None = None
     generate_count: int = 0
 
     def any(self) -> bool:
         """True if any fault is active."""
-        return any(getattr(self, f.name) not in (None, False) for f in dataclasses.fields(self)
-                   if f.name != "generate_count")
+        return any(_active(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "generate_count")
 
     def describe(self) -> str:
         """``"crash-after=3, ignore-sigterm"``: the active faults as flags."""
         out = []
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name == "generate_count" or v in (None, False):
+            if f.name == "generate_count" or not _active(v):
                 continue
             out.append(f.name.replace("_", "-") + ("" if v is True else f"={v}"))
         return ", ".join(out)
@@ -176,6 +199,20 @@ class Faults:
         if self.stall and not stalled[0] and ct >= max(1, max_new_tokens // 2):
             stalled[0] = True
             await asyncio.sleep(self.stall)
+
+    def diverges_at(self, prompt_digest: str, speculative: bool) -> int | None:
+        """Token position from which this request's output is altered, or None.
+
+        :param prompt_digest: hex digest of the prompt (:func:`lab.emulator.http.prompt_digest`,
+            16 hex digits); the prompt is selected when ``int(digest, 16) / 2**64 <
+            diverge_share`` (share 1 when unset).
+        :param speculative: only speculative servers are altered (plain decoding is the reference).
+        """
+        if self.diverge_at is None or not speculative:
+            return None
+        share = 1.0 if self.diverge_share is None else self.diverge_share
+        frac = int(prompt_digest, 16) / 2.0 ** (4 * len(prompt_digest))  # may round up to 1.0
+        return self.diverge_at if share >= 1.0 or frac < share else None
 
     async def on_health(self, busy: bool) -> None:
         """Delay ``/health`` while requests run."""

@@ -35,7 +35,8 @@ from lab.emulator.request import Request
 from lab.emulator.metrics import CONTENT_TYPE_LATEST, EmulatorMetrics
 from lab.emulator.profile import CostProfile
 
-__all__ = ["AppState", "build_app", "dispatch_events", "SGLANG_VERSION", "reported_version", "accept_key"]
+__all__ = ["AppState", "build_app", "dispatch_events", "SGLANG_VERSION", "reported_version", "accept_key",
+           "prompt_digest", "token_key", "is_greedy"]
 
 SGLANG_VERSION = "0.5.23"  # the SGLang build whose HTTP surfaces (formats) are emulated
 
@@ -125,15 +126,48 @@ def accept_key(seed: int, prompt: Any, rid: str | None) -> str:
     """
     m = _LAB_RID.search(rid or "")
     rep, idx = (m["repeat"], m["index"]) if m else ("0", "0")
-    digest = hashlib.blake2b(json.dumps(prompt, sort_keys=True).encode(), digest_size=8).hexdigest()
-    return f"{seed}|{digest}|{rep}|{idx}"
+    return f"{seed}|{prompt_digest(prompt)}|{rep}|{idx}"
+
+
+def prompt_digest(prompt: Any) -> str:
+    """16 hex digits (blake2b, 8 bytes) of the prompt (text or token ids, as JSON)."""
+    return hashlib.blake2b(json.dumps(prompt, sort_keys=True).encode(), digest_size=8).hexdigest()
+
+
+def is_greedy(sampling_params: dict[str, Any] | None) -> bool:
+    """True when SGLang decodes greedily: ``temperature`` below 1e-6 (SGLang turns it into
+    ``top_k = 1``) or ``top_k == 1``; a missing temperature is SGLang's default 1.0
+    (``sglang/srt/sampling/sampling_params.py`` ~157 and ~245-247, ``_SAMPLING_EPS``)."""
+    sp = sampling_params or {}
+    try:
+        temp = float(sp.get("temperature") if sp.get("temperature") is not None else 1.0)
+    except (TypeError, ValueError):
+        temp = 1.0
+    return temp < 1e-6 or sp.get("top_k") == 1
+
+
+def token_key(prompt: Any, sampling_params: dict[str, Any] | None, rid: str) -> str:
+    """The key of a request's generated tokens (:class:`lab.emulator.request.Request`).
+
+    Greedy requests (:func:`is_greedy`): the prompt's digest only, so every mode, repeat and
+    output length gets the same token stream for the same prompt (a shorter
+    ``max_new_tokens`` gets a prefix), as plain greedy decoding and lossless EAGLE-3 do.
+    Sampled requests: the digest, the sampling parameters and the rid (a fresh draw each).
+    """
+    if is_greedy(sampling_params):
+        return f"greedy|{prompt_digest(prompt)}"
+    sp = {k: v for k, v in (sampling_params or {}).items() if k != "max_new_tokens"}
+    return f"sampled|{prompt_digest(prompt)}|{json.dumps(sp, sort_keys=True, default=str)}|{rid}"
 
 
 def _submit(st: AppState, rid: str | None, prompt_tokens: int, max_new_tokens: int, stream: bool,
-            prompt: Any = None) -> Request:
-    req = Request(rid=rid or uuid.uuid4().hex, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
+            prompt: Any = None, sampling: dict[str, Any] | None = None) -> Request:
+    rid = rid or uuid.uuid4().hex
+    req = Request(rid=rid, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
                   stream=stream, sink=asyncio.Queue(), loop=st.args.emulator_output == "loop",
                   accept_key=accept_key(st.args.random_seed, prompt, rid), fixed_token=st.fixed_sim_tokens,
+                  token_key=token_key(prompt, sampling, rid),
+                  diverge_at=st.faults.diverges_at(prompt_digest(prompt), st.args.is_speculative),
                   category=st.categories.lookup(prompt) if st.categories is not None else None)
     st.engine.submit(req)
     return req
@@ -197,10 +231,12 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if (status := st.faults.on_generate(logging.getLogger("sglang"))) is not None:
         return web.json_response({"error": {"message": "Internal server error (injected fault http500-every)",
                                             "type": "InternalServerError", "code": status}}, status=status)
-    req = _submit(st, body.get("rid"), prompt_tokens, max_new, stream, prompt=ids if ids is not None else text)
+    req = _submit(st, body.get("rid"), prompt_tokens, max_new, stream, prompt=ids if ids is not None else text,
+                  sampling=sp)
     if not stream:
         last = await _final_event(req)
-        return web.json_response({"text": " ".join(req.words[: last["ct"]]), "meta_info": _meta(st, req, last), "index": 0})
+        return web.json_response({"text": " ".join(req.words[: last["ct"]]), "output_ids": req.ids[: last["ct"]],
+                                  "meta_info": _meta(st, req, last), "index": 0})
     resp = await _event_stream(request)
     stalled = [False]
     incremental, sent = st.args.incremental_streaming_output, 0
@@ -208,11 +244,14 @@ async def generate(request: web.Request) -> web.StreamResponse:
     try:
         async for ev in _events(req):
             await st.faults.maybe_stall(ev["ct"], req.max_new_tokens, stalled)
+            # output_ids as tokenizer_manager.py ~2636-2668 (_handle_batch_output): the new ids
+            # with --incremental-streaming-output, else all ids so far
             if incremental:  # --incremental-streaming-output: only the new words
-                text, sent = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]]), ev["ct"]
+                text, ids_out = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]]), req.ids[sent: ev["ct"]]
+                sent = ev["ct"]
             else:
-                text = " ".join(req.words[: ev["ct"]])
-            await resp.write(_sse({"text": text, "meta_info": _meta(st, req, ev), "index": 0}))
+                text, ids_out = " ".join(req.words[: ev["ct"]]), req.ids[: ev["ct"]]
+            await resp.write(_sse({"text": text, "output_ids": ids_out, "meta_info": _meta(st, req, ev), "index": 0}))
             last_sent = time.perf_counter()
             first_sent = first_sent or last_sent
         await resp.write(b"data: [DONE]\n\n")
@@ -252,7 +291,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     max_new = int(body.get("max_completion_tokens") or body.get("max_tokens") or 128)
     stream = bool(body.get("stream", False))
     want_spec = bool(body.get("return_spec_tokens_details", False))
-    req = _submit(st, body.get("rid"), _prompt_tokens_from_text(prompt), max_new, stream, prompt=prompt)
+    req = _submit(st, body.get("rid"), _prompt_tokens_from_text(prompt), max_new, stream, prompt=prompt,
+                  sampling={k: body[k] for k in ("temperature", "top_k", "top_p") if k in body})
     cid, created, model = f"chatcmpl-{req.rid}", int(time.time()), st.args.served_model_name
 
     def sglext(meta: dict) -> dict | None:
@@ -363,7 +403,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
         return _bad("max_tokens must be an integer")
     stream = bool(body.get("stream", False))
     want_spec = bool(body.get("return_spec_tokens_details", False))
-    req = _submit(st, body.get("rid"), n_prompt, max_new, stream, prompt=prompt)
+    req = _submit(st, body.get("rid"), n_prompt, max_new, stream, prompt=prompt,
+                  sampling={k: body[k] for k in ("temperature", "top_k", "top_p") if k in body})
     cid, created, model = f"cmpl-{req.rid}", int(time.time()), st.args.served_model_name
 
     def usage(ct: int) -> dict:

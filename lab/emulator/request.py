@@ -1,10 +1,18 @@
-"""One generation request as the engine sees it, and the fake text it generates.
+"""One generation request as the engine sees it, and the fake tokens it generates.
 
-Generated text: one word per token from :data:`VOCAB`, drawn by a ``random.Random``
-seeded with ``crc32(f"{random_seed}:{rid}")`` (reproducible per request, not a repeating
-loop), or with ``loop=True`` (``--emulator-output loop``) the 6-word :data:`LOOP_PHRASE`
-over and over, a degenerate output for the lab's looping check. The client counts tokens
-from ``meta_info.completion_tokens``, never from words.
+Generated tokens: one word per token from :data:`VOCAB`, drawn by a ``random.Random``
+seeded with ``crc32(f"{random_seed}:{token_key}")``. ``token_key``
+(:func:`lab.emulator.http.token_key`) is a function of the prompt and the sampling
+parameters, so at temperature 0 the same prompt yields the same token stream in every
+mode, repeat and batch order, as greedy decoding does (EAGLE-3 is lossless: the lab's
+lossless check, :mod:`lab.analysis.lossless`, relies on this); with sampling the key also
+holds the request id (a fresh draw per request). With ``loop=True``
+(``--emulator-output loop``) the 6-word :data:`LOOP_PHRASE` repeats, a degenerate output for
+the lab's looping check. Each word has a token id (:func:`token_id`), so ``output_ids`` and
+``text`` always agree. ``diverge_at`` (the ``diverge-at`` fault, :mod:`lab.emulator.faults`)
+replaces every token from that position on with another word (:data:`VOCAB`'s next one), a
+speculative output that is not the plain-decoding one. The client counts tokens from
+``meta_info.completion_tokens``, never from words.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import time
 import zlib
 from typing import Any
 
-__all__ = ["Request", "VOCAB"]
+__all__ = ["Request", "VOCAB", "token_id", "TOKEN_ID_BASE"]
 
 VOCAB = (
     "the of and to in is that for it as was with be by on not he this are or his from at which but have "
@@ -35,6 +43,22 @@ FIXED_TOKEN_WORD = "<100>"
 
 #: The phrase a looping request repeats (``--emulator-output loop``).
 LOOP_PHRASE = ("the", "answer", "is", "the", "same", "answer")
+
+#: Token id of ``VOCAB[0]``; word ``i`` of :data:`_ID_WORDS` is id ``TOKEN_ID_BASE + i``
+#: (any fixed map works: the lab compares ids between modes, never decodes them).
+TOKEN_ID_BASE = 1000
+#: SGLang's simulated-acceptance token (``speculative/spec_utils.py`` ~568: ``predict.fill_(100)``).
+FIXED_TOKEN_ID = 100
+_ID_WORDS = VOCAB + [w for w in dict.fromkeys(LOOP_PHRASE) if w not in VOCAB]
+_WORD_ID = {w: TOKEN_ID_BASE + i for i, w in enumerate(_ID_WORDS)}
+
+
+def token_id(word: str) -> int:
+    """The token id the emulator streams for ``word`` (:data:`FIXED_TOKEN_WORD` -> 100).
+
+    :raises KeyError: a word the emulator never generates.
+    """
+    return FIXED_TOKEN_ID if word == FIXED_TOKEN_WORD else _WORD_ID[word]
 
 
 @dataclasses.dataclass(eq=False)
@@ -66,21 +90,29 @@ class Request:
     fixed_token: bool = False  # SGLang's simulated-acceptance default: every output token is id 100
     category: str | None = None  # task category of the prompt (lab.emulator.categories), for per-category acceptance
     internal: bool = False  # a /health probe: not in metrics nor ground truth (SGLang log_metrics=False)
+    token_key: str = ""  # key of the generated tokens (lab.emulator.http.token_key); "" = the rid
+    diverge_at: int | None = None  # fault diverge-at: tokens from this position on are altered
+    ids: list[int] = dataclasses.field(default_factory=list)  # token ids, one per entry of words
     _rng: random.Random | None = None
 
     def add_tokens(self, n: int, seed: int) -> None:
+        """Append ``n`` generated tokens (words and ids); ``seed`` is ``--random-seed``."""
         if self.fixed_token:  # SGLANG_SIMULATE_ACC_TOKEN_MODE=fixed: token id 100 everywhere
-            self.words.extend([FIXED_TOKEN_WORD] * n)
-            self.completion_tokens += n
-            return
-        if self.loop:
+            new = [FIXED_TOKEN_WORD] * n
+        elif self.loop:
             k = len(self.words)
-            self.words.extend(LOOP_PHRASE[(k + i) % len(LOOP_PHRASE)] for i in range(n))
-            self.completion_tokens += n
-            return
-        if self._rng is None:
-            self._rng = random.Random(zlib.crc32(f"{seed}:{self.rid}".encode()))
-        self.words.extend(self._rng.choice(VOCAB) for _ in range(n))
+            new = [LOOP_PHRASE[(k + i) % len(LOOP_PHRASE)] for i in range(n)]
+        else:
+            if self._rng is None:
+                self._rng = random.Random(zlib.crc32(f"{seed}:{self.token_key or self.rid}".encode()))
+            new = []
+            for _ in range(n):
+                j = self._rng.randrange(len(VOCAB))  # the plain-decoding token at this position
+                if self.diverge_at is not None and len(self.words) + len(new) >= self.diverge_at:
+                    j = (j + 1) % len(VOCAB)  # injected fault: a different token from diverge_at on
+                new.append(VOCAB[j])
+        self.words.extend(new)
+        self.ids.extend(token_id(w) for w in new)
         self.completion_tokens += n
 
     @property

@@ -6,7 +6,8 @@ seconds (CLOCK_MONOTONIC: comparable across processes of one machine).
 
 Line kinds: ``header`` (first), ``prefill`` / ``decode`` / ``spec`` (one per iteration),
 ``request`` (one per finished request, with its task ``category`` when the emulator was given
-a prompt file) and ``sent`` (one per streamed request, written by
+a prompt file; ``diverged_from``: the token position from which the ``diverge-at`` fault
+altered its output, or null) and ``sent`` (one per streamed request, written by
 the HTTP layer: when its first and last content chunks were written to the socket).
 """
 

@@ -3,7 +3,7 @@
 After SGLang's process group is stopped the driver releases its GPU memory asynchronously
 (seconds for a 1T-parameter model spread over 8 GPUs, longer if a rank is stuck in a CUDA
 call). A launch that starts before that fails late with a CUDA out-of-memory error, after
-minutes of weight loading. So :class:`lab.engine.server.ServerProcess` records, when it stops a
+minutes of weight loading. So :class:`lab.engine.process.ServerProcess` records, when it stops a
 GPU engine, the pids of its process group and each GPU's used memory from before its launch,
 and the next launch waits until no recorded pid holds a GPU context and every GPU's used
 memory is back within :data:`SLACK_BYTES` of that baseline

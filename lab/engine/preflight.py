@@ -341,7 +341,7 @@ def weights_check(label: str, path: str) -> Check:
 def _cheap_checks(params: LabParams, results_dir: Path) -> list[Check]:
     from lab.workload.dataset import DatasetError
     from lab.workload.sources import load_bench_prompts
-    from lab.engine.server import ServerError, check_port_free
+    from lab.engine.process import ServerError, check_port_free
 
     checks = []
     s = params.server
@@ -373,11 +373,11 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
     :param python: the interpreter that will run the server (its SGLang is checked).
     :param results_dir: where results and logs go (free disk is checked there).
     :param check_argv: parse each mode's argv with SGLang's parser (it imports torch: tens
-        of seconds cold). ``lab.pipeline.stage`` passes False for its seconds-long check before the
+        of seconds cold). ``lab.pipeline.bench_stage`` passes False for its seconds-long check before the
         notebook starts; the notebook's own preflight then parses the argv.
     :returns: the :class:`PreflightReport` (call ``raise_if_failed`` to stop on failure).
     """
-    from lab.engine.server import build_server_command
+    from lab.engine.command import build_server_command
 
     modes = list(modes or params.modes)
     out = Path(results_dir) if results_dir is not None else repo_root() / "results"

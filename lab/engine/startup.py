@@ -16,7 +16,7 @@ lines so that this runs in CI):
 Phase durations come from when the lab *observed* each boundary line (polling every
 ~0.25 s), so they carry that resolution; ``startup_s`` is launch to the start of the
 readiness probe that succeeded (``/ready`` = 200, then confirmed by a ``/health`` whose
-one-token generation takes >= 1 s and is not counted; ``lab.engine.server.ServerProcess._probe``).
+one-token generation takes >= 1 s and is not counted; ``lab.engine.process.ServerProcess._probe``).
 Phases: ``init_s`` (launch to first weight load), ``load_weights_s`` (first ``Load weight
 begin`` to last ``Load weight end`` before capture), ``cuda_graph_capture_s`` (first capture
 begin to last capture end), ``ready_s`` (from the last phase boundary to readiness).

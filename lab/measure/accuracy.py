@@ -4,12 +4,12 @@ The emulator records what it actually did (docs/contracts.md, "Emulator ground-t
 file"): per request ``arrival`` (request handed to the engine), ``first_token`` and
 ``last_token`` (end of the iteration that produced them), and per iteration its tokens per
 request and its phase durations. :func:`measure_mode` streams the benchmark with
-:mod:`lab.measure.client`, summarises it with :mod:`lab.measure.metrics` exactly as :mod:`lab.measure.point` does, and
+:mod:`lab.measure.client`, summarises it with :mod:`lab.measure.records` exactly as :mod:`lab.measure.point` does, and
 computes the same metric from the ground truth with the *same* definition, so that the
 difference is the client's measurement error and nothing else:
 
 =============== ================================================ ================================================
-metric          client (lab.measure.metrics)                             ground truth (same aggregation)
+metric          client (lab.measure.records)                             ground truth (same aggregation)
 =============== ================================================ ================================================
 decode_tok_s    median over requests of (N-1)/(t_last_chunk -    median of (N-1)/(last_token - first_token)
                 t_first_chunk)
@@ -52,10 +52,12 @@ from typing import Any
 import numpy as np
 
 from lab.measure import client
-from lab.measure import metrics as M
+from lab.measure.prometheus import server_timing
+from lab.measure.records import measured_window_s, summarize_run
 from lab.config import LabParams
 from lab.emulator.truth import Truth, load_truth
-from lab.engine.server import ServerProcess, build_server_command
+from lab.engine.command import build_server_command
+from lab.engine.process import ServerProcess
 from lab.engine.ports import free_port
 
 __all__ = ["free_port", "emulator_server", "truth_run_metrics", "delivery_delay_ms", "client_run_metrics",
@@ -82,7 +84,7 @@ def emulator_server(params: LabParams, mode_name: str, out_dir: Path, *, profile
 
     :param profile: emulator profile name or path (None: ``params.emulator.profile``).
     :param max_running: ``--max-running-requests`` and the decode graph limit (None: params).
-    :raises lab.engine.server.ServerError: the emulator did not start.
+    :raises lab.engine.process.ServerError: the emulator did not start.
     """
     upd: dict[str, Any] = {"engine": "emulator",
                            "server": {**params.server.model_dump(), "port": free_port(),
@@ -186,8 +188,8 @@ def delivery_delay_ms(truth: Truth, records: Sequence[Mapping[str, Any]]) -> lis
 
 
 def client_run_metrics(records: Sequence[Mapping[str, Any]], server: Mapping[str, Any]) -> dict[str, Any]:
-    """The client's values of :data:`ACCURACY_METRICS` via :func:`lab.measure.metrics.summarize_run`."""
-    s = M.summarize_run(records, wall_s=M.measured_window_s(records), server=server)
+    """The client's values of :data:`ACCURACY_METRICS` via :func:`lab.measure.records.summarize_run`."""
+    s = summarize_run(records, wall_s=measured_window_s(records), server=server)
     return {"decode_tok_s": s["decode_tok_s"], "output_tok_s": s["output_tok_s"], "cycle_ms": s["cycle_ms"],
             "icl_ms": s["mean_icl_ms"], "ttft_ms": s["p50_ttft_ms"], "accept_length": s["accept_length"],
             "verify_ms": s["verify_ms"], "decode_ms": s["decode_ms"],
@@ -223,7 +225,7 @@ def measure_mode(params: LabParams, mode_name: str, out_dir: Path, *, levels: Se
                                                 max_new_tokens=max_new_tokens, temperature=0.0, timeout_s=300,
                                                 rid_prefix=f"acc-{mode_name}-c{c}-r{rep}", mode=mode_name, repeat=rep)
                 t1 = time.perf_counter()
-                server = M.server_timing(prom0, client.fetch_text(url + "/metrics"))
+                server = server_timing(prom0, client.fetch_text(url + "/metrics"))
                 runs.append({"concurrency": c, "repeat": rep, "records": recs, "t0": t0, "t1": t1,
                              "client": client_run_metrics(recs, server)})
                 log(f"[accuracy] {mode_name} c={c} repeat {rep + 1}/{repeats}: "

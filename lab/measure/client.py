@@ -7,9 +7,10 @@ request in the format of ``docs/contracts.md`` ("Client request record")::
     {"rid", "mode", "concurrency", "repeat", "prompt_index",
      "t_dispatch", "t_send", "t_end",          # perf_counter seconds (None: not sent)
      "chunks": [[t_s, n_tokens], ...],          # content chunks only
-     "completion_tokens", "prompt_tokens", "meta_info", "ok", "error", "output_text"}
+     "completion_tokens", "prompt_tokens", "meta_info", "ok", "error", "output_text",
+     "output_ids"}                              # generated token ids, or None
 
-All metric arithmetic lives in :mod:`lab.measure.metrics`.
+All metric arithmetic lives in :mod:`lab.measure.records`, :mod:`lab.measure.prometheus`, :mod:`lab.measure.server_info` and :mod:`lab.measure.decode_log`.
 
 Wire format (SGLang 0.5.23, ``sglang/srt/entrypoints/http_server.py``
 ``serve_generate_request``): a ``text/event-stream`` of ``data: {json}\\n\\n`` lines,
@@ -19,7 +20,12 @@ ending with ``data: [DONE]``; an error inside the stream arrives as
 lags, SGLang coalesces several iterations into one chunk, so the tokens of a chunk are the
 *delta* of ``completion_tokens`` between consecutive chunks, and a chunk that adds 0 tokens
 is not a content chunk. ``text`` is cumulative by default and a delta with
-``--incremental-streaming-output``; both are handled.
+``--incremental-streaming-output``; both are handled. ``output_ids`` (the generated token
+ids, for the lossless check of :mod:`lab.analysis.lossless`) follows the same rule
+(``tokenizer_manager.py`` ``_handle_batch_output`` ~2636-2668: ``state.output_ids`` so far,
+or ``delta_output_ids`` when incremental; coalesced incremental chunks concatenate their
+ids, ``_coalesce_streaming_chunks`` ~1873-1874): a chunk whose list is as long as its
+``completion_tokens`` is cumulative, one as long as the chunk's new tokens is a delta.
 
 Concurrency is closed-loop: ``concurrency`` worker tasks share one request queue, so at most
 ``concurrency`` requests are in flight and a new one is issued as soon as one finishes.
@@ -76,6 +82,7 @@ def _new_record(rid: str, prompt_index: int, mode: str, concurrency: int, repeat
         "ok": False,
         "error": None,
         "output_text": "",
+        "output_ids": None,
     }
 
 
@@ -96,6 +103,8 @@ async def _one_request(
     loads = _json_loads
     prev_tokens = 0
     text = ""
+    ids: list[int] | None = []  # None once a chunk's ids did not fit its token count
+    got_ids = False
     meta: dict[str, Any] = {}
     done = False
     error: str | None = None
@@ -131,6 +140,15 @@ async def _one_request(
                         error = f"malformed chunk ({type(exc).__name__}: {exc}): {data[:200]!r}"
                         break
                     meta = m
+                    oids = obj.get("output_ids")
+                    if oids is not None and ids is not None:
+                        got_ids = True
+                        if len(oids) == ct:
+                            ids = oids  # cumulative (SGLang's default)
+                        elif len(oids) == n:
+                            ids.extend(oids)  # --incremental-streaming-output
+                        else:
+                            ids = None  # neither: record no ids rather than wrong ones
                     if n > 0:
                         chunks.append([t, n])
                         prev_tokens = ct
@@ -162,6 +180,8 @@ async def _one_request(
     rec["completion_tokens"] = meta.get("completion_tokens")
     rec["prompt_tokens"] = meta.get("prompt_tokens")
     rec["output_text"] = text
+    ct_final = meta.get("completion_tokens")
+    rec["output_ids"] = ids if got_ids and ids is not None and len(ids) == ct_final else None
     rec["error"] = error
     rec["ok"] = error is None
     if refused:

@@ -24,7 +24,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lab.measure.metrics import parse_decode_log, summarize_decode_log
+from lab.measure.decode_log import parse_decode_log, summarize_decode_log
+from lab.measure.prometheus import server_timing
+from lab.measure.server_info import step_time_ms
 
 __all__ = ["TOLERANCE", "LogWindow", "log_window_timing", "cross_checks", "window_server_timing",
            "add_cross_checks"]
@@ -84,7 +86,7 @@ def _rel(a: float, b: float) -> float:
 
 
 def cross_checks(summary: Mapping[str, Any], *, tolerance: float = TOLERANCE) -> dict[str, Any]:
-    """Compare the independent measurements of one run (:func:`lab.measure.metrics.summarize_run`
+    """Compare the independent measurements of one run (:func:`lab.measure.records.summarize_run`
     output, with the :func:`log_window_timing` keys merged in).
 
     Pairs compared (relative difference ``|a - b| / max(a, b)``):
@@ -134,22 +136,20 @@ def window_server_timing(prom_before: str, prom_after: str, info_before: Mapping
                          info_after: Mapping[str, Any], log_text: str, *, speculative: bool) -> dict[str, Any]:
     """Everything the server says about one measured window, for ``summarize_run(server=...)``.
 
-    :func:`lab.measure.metrics.server_timing` of the ``/metrics`` scrapes (keys not applicable to the
+    :func:`lab.measure.prometheus.server_timing` of the ``/metrics`` scrapes (keys not applicable to the
     mode set to None: ``decode_ms`` under speculation, where eager draft steps booked as
     ``decode`` count as ``draft_ms``; ``verify_ms``/``draft_ms`` without),
     ``step_time_ms`` from the ``/server_info`` pair, and :func:`log_window_timing` of the
     window's log text.
     """
-    from lab.measure import metrics as M
-
-    server = M.server_timing(prom_before, prom_after, speculative=speculative)
+    server = server_timing(prom_before, prom_after, speculative=speculative)
     for k in (("decode_ms",) if speculative else ("verify_ms", "draft_ms")):
         server[k] = None  # not applicable to this mode (0 would read as a measurement)
     parts = [server[k] for k in ("verify_ms", "draft_ms", "decode_ms") if server.get(k) is not None]
     server["gpu_cycle_ms"] = sum(parts) if parts else None
     v, cyc = server.get("verify_ms"), server["gpu_cycle_ms"]
     server["verify_share"] = v / cyc if v is not None and cyc else None
-    server["step_time_ms"] = M.step_time_ms(info_before, info_after)
+    server["step_time_ms"] = step_time_ms(info_before, info_after)
     server.update(log_window_timing(log_text))
     return server
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from lab.measure.metrics import request_metrics
+from lab.measure.records import request_metrics
 
 __all__ = [
     "repeated_ngram_share",

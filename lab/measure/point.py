@@ -6,7 +6,7 @@ request rate) is one more field on :class:`Point` and one more factor in that fu
 :func:`measure_point` measures one (point, repeat): ``/metrics`` and ``/server_info`` scraped
 before, requests streamed (:mod:`lab.measure.client`, each record appended to
 ``requests.jsonl`` at once), GPUs sampled (:mod:`lab.engine.telemetry`), the engine's liveness
-checked (:func:`check_alive`), scraped after, summarised (:mod:`lab.measure.metrics`),
+checked (:func:`check_alive`), scraped after, summarised (:mod:`lab.measure.records`),
 cross-checked (:mod:`lab.measure.crosscheck`) and hygiene-checked (:mod:`lab.measure.hygiene`).
 It returns that repeat's summary (a ``runs.json`` row); everything it measured also lands in
 the mode's :class:`lab.measure.result.ModeResult`, so a failure keeps it.
@@ -23,7 +23,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable
 
 from lab.engine.telemetry import GpuSampler
 from lab.measure import client, hygiene
-from lab.measure import metrics as M
+from lab.measure.records import measured_window_s, summarize_run
 from lab.measure.crosscheck import LogWindow, add_cross_checks, window_server_timing
 from lab.workload.context import pad_prompt
 from lab.workload.dataset import output_lengths, workload
@@ -98,7 +98,7 @@ def check_alive(srv, where: str, out: Path, recs: list[dict[str, Any]] | None = 
     exited, or if requests were refused and it exits within 2 s (the client stops sending
     as soon as connections are refused, so a crash never waits out request timeouts).
 
-    :param srv: the running :class:`lab.engine.server.ServerProcess`.
+    :param srv: the running :class:`lab.engine.process.ServerProcess`.
     :param where: what was running, for the message. :param out: the mode's results dir.
     :param recs: the records of the window just measured (refusals among them).
     """
@@ -108,7 +108,7 @@ def check_alive(srv, where: str, out: Path, recs: list[dict[str, Any]] | None = 
     while srv.alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     if not srv.alive():
-        from lab.engine.server import log_tail
+        from lab.engine.process import log_tail
 
         code = srv.proc.returncode if srv.proc is not None else None
         raise BenchError(f"engine died (exit code {code}) during {where}; requests measured so far are "
@@ -123,14 +123,14 @@ def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], spe
                   req_file: IO[str], result: ModeResult, log=print) -> dict[str, Any]:
     """Measure one repeat of one point against the running engine.
 
-    :param srv: the running :class:`lab.engine.server.ServerProcess` (``base_url``, liveness).
+    :param srv: the running :class:`lab.engine.process.ServerProcess` (``base_url``, liveness).
     :param point: the grid cell; :param rep: repeat index (seeds the workload: ``bench.seed + rep``).
     :param bench: :class:`lab.config.BenchParams`. :param prompts: the dataset's prompts.
     :param speculative: the mode drafts (server timing reads verify/draft phases).
     :param out: the mode's results dir (``server.log`` read for the window's log lines).
     :param req_file: ``requests.jsonl`` open for appending; each record is written at once.
     :param result: the mode's result; its ``records`` and ``telemetry`` grow as this measures.
-    :returns: the repeat's summary (:func:`lab.measure.metrics.summarize_run` plus
+    :returns: the repeat's summary (:func:`lab.measure.records.summarize_run` plus
         ``crosscheck``, ``hygiene``, ``gpu_telemetry``, ``concurrency``, ``repeat``,
         ``context_tokens``, ``max_new_tokens``, ``point``): one ``runs.json`` row.
     :raises BenchError: the engine died or refused connections, or no request succeeded.
@@ -155,7 +155,7 @@ def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], spe
     server = window_server_timing(
         prom0, client.fetch_text(srv.base_url + "/metrics"), info0,
         client.fetch_json(srv.base_url + "/server_info"), log_window.read(), speculative=speculative)
-    window = M.measured_window_s(recs)
+    window = measured_window_s(recs)
     if not window or not any(r["ok"] for r in recs):
         # all failed: a summary would read as a (zero-throughput) result
         raise BenchError(
@@ -164,7 +164,7 @@ def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], spe
             f"{recs[0].get('error') if recs else 'no requests'}. Fix: see "
             f"{out / 'requests.jsonl'} and {out / 'server.log'}; raise "
             "bench.request_timeout_s if requests timed out")
-    summary = add_cross_checks(M.summarize_run(recs, wall_s=window, server=server))
+    summary = add_cross_checks(summarize_run(recs, wall_s=window, server=server))
     summary.update(concurrency=c, repeat=rep, context_tokens=point.context_tokens,
                    max_new_tokens=point.output_tokens, point=point.key, gpu_telemetry=gpu.summary())
     for flag in summary["crosscheck"]["flags"]:

@@ -31,7 +31,7 @@ from typing import Any
 from lab.analysis import sentinel
 from lab.analysis.aggregate import aggregate_levels, ground_truth, headline
 from lab.config import LabParams, repo_root
-from lab.engine.server import build_server_command
+from lab.engine.command import build_server_command
 from lab.measure import hygiene
 from lab.measure.point import measure_point, measurement_points
 from lab.measure.result import ModeResult

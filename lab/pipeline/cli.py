@@ -2,7 +2,8 @@
 
 - ``lab log results/<mode>``: log a mode's results to MLflow again (after the tracking
   server was down during the run; the results on disk are the source of truth).
-- ``lab stage ...``: same as ``python -m lab.pipeline.stage`` (what dvc.yaml runs).
+- ``lab stage {bench --mode NAME,compare,physics} [--params FILE]``: same as ``python -m
+  lab.pipeline.<stage>_stage ...`` (what dvc.yaml runs).
 - ``lab command --mode M [--node-rank N]``: print a mode's launch line (e.g. to start
   the other nodes of a multi-node server by hand).
 - ``lab doctor [--engine sglang] [--mode M]``: preflight table and verdict
@@ -56,7 +57,7 @@ def print_command(params_file: str | None, mode: str, node_rank: int | None, eng
     given, e.g. ``--engine sglang`` on a laptop whose params.yaml says emulator); 0, or 2 on
     bad params."""
     from lab.config import ParamsError, load_params
-    from lab.engine.server import build_server_command
+    from lab.engine.command import build_server_command
 
     try:
         overrides = {"engine": engine} if engine else {}
@@ -170,6 +171,20 @@ def sweep_cmd(args: argparse.Namespace) -> int:
     return subprocess.run(cmd, cwd=path.parent).returncode
 
 
+def stage_cmd(rest: list[str]) -> int:
+    """``lab stage <stage> [args]``: run a stage's entry module as ``dvc.yaml`` does
+    (:mod:`lab.pipeline.bench_stage`, :mod:`lab.pipeline.compare_stage`,
+    :mod:`lab.pipeline.physics_stage`); 2 for an unknown stage."""
+    import importlib
+
+    stages = ("bench", "compare", "physics")
+    if not rest or rest[0] not in stages:
+        print(f"error: lab stage needs one of {', '.join(stages)}, e.g. lab stage bench --mode baseline",
+              file=sys.stderr)
+        return 2
+    return importlib.import_module(f"lab.pipeline.{rest[0]}_stage").main(rest[1:])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lab`` console script."""
     ap = argparse.ArgumentParser(prog="lab", description="eagle-verify-lab command line")
@@ -217,9 +232,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return print_summary(args.reports or repo_root() / "reports")
     if args.cmd == "stage":
-        from lab.pipeline.stage import main as stage_main
-
-        return stage_main(args.rest)
+        return stage_cmd(args.rest)
     from lab.tracking.runs import TrackingError
 
     try:

@@ -5,8 +5,8 @@
 Inputs are ``results/<mode>/result.json``, ``runs.json`` and ``requests.jsonl`` written by
 :mod:`lab.pipeline.bench`. Outputs under ``reports/``: ``comparison.json`` (per mode and
 level, mean and 95 % t-interval of the headline metrics, speedup over the baseline with a
-Welch log-ratio interval and a verdict, and the paired per-prompt speedup of
-:mod:`lab.analysis.paired`), ``summary.json`` (its flat numbers, the DVC metrics file),
+Welch log-ratio interval and a verdict, the paired per-prompt speedup of
+:mod:`lab.analysis.paired`, and the lossless check of :mod:`lab.analysis.lossless`), ``summary.json`` (its flat numbers, the DVC metrics file),
 ``summary.csv`` (one row per mode x level, for ``dvc plots``), ``categories.csv`` (accept
 length and speedup per prompt category, :mod:`lab.analysis.taskmix`), ``summary.md``,
 ``report.html``, the figures, and one MLflow run holding them.
@@ -17,7 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lab.analysis.compare import engine_caption, lean_numbers, load_results, requests_frame, runs_frame, summarize
+from lab.analysis.compare import (add_lossless, engine_caption, lean_numbers, load_results, requests_frame,
+                                  runs_frame, summarize)
 from lab.analysis.paired import add_paired
 from lab.config import LabParams, repo_root
 
@@ -32,7 +33,7 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     :param results_dir, reports_dir: relative paths resolve against the repository root.
     :param track: log the MLflow comparison run (and finish the pipeline's parent run).
     :returns: the summary of :func:`lab.analysis.compare.summarize` with ``paired`` speedups,
-        ``caption``, ``effective_config``, ``warnings``, ``figures`` (name -> path),
+        ``caption``, ``effective_config``, ``warnings``, ``lossless``, ``figures`` (name -> path),
         ``profile`` and, when logged, ``mlflow_run_id``.
     :raises lab.analysis.compare.CompareError: a mode's results are missing or failed.
     """
@@ -55,6 +56,7 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     summary["caption"] = engine_caption(results, params)
     summary["effective_config"] = {m: r.get("effective_config") for m, r in results.items()}
     summary["warnings"] = {m: r["warnings"] for m, r in results.items() if r.get("warnings")}  # hygiene, per mode
+    add_lossless(summary, params, res_dir, modes, baseline)  # output ids vs the baseline's (issue 15)
     summary["figures"] = figures.draw_all(primary_runs(runs), requests_frame(res_dir, modes), primary_summary(summary),
                                           rep_dir / "figures")
     summary["figures"].update(report.explain_figures(params, runs, summary, rep_dir / "figures"))

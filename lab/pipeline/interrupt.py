@@ -2,7 +2,7 @@
 
 Process tree of ``dvc repro`` (each arrow a fork; kernels and engines start new sessions)::
 
-    dvc ─► python -m lab.pipeline.stage bench (papermill) ─► ipykernel (own session)
+    dvc ─► python -m lab.pipeline.bench_stage (papermill) ─► ipykernel (own session)
                                                      └─► engine (own session, recorded in .cache/servers)
 
 What reaches the engine, per signal (``tests/test_interrupt.py`` proves each):
@@ -20,9 +20,9 @@ What reaches the engine, per signal (``tests/test_interrupt.py`` proves each):
 - SIGINT/SIGTERM to the kernel: ``run_mode`` turns SIGTERM into SystemExit; both unwind
   through the ``with ServerProcess`` block, which stops the group.
 - SIGKILL to the kernel: no ``finally`` runs. The engine got ``PR_SET_PDEATHSIG`` =
-  SIGTERM from its launcher (``lab.engine.server``), so it stops by itself; an engine that ignores
+  SIGTERM from its launcher (``lab.engine.process``), so it stops by itself; an engine that ignores
   SIGTERM is stopped by the stage right after papermill returns
-  (:func:`lab.engine.server.stop_stale_servers`: its recorded owner is dead), and if the stage
+  (:func:`lab.engine.process.stop_stale_servers`: its recorded owner is dead), and if the stage
   died too, by the next launch, which says so.
 
 A second signal while the kernel is still winding down raises KeyboardInterrupt in the

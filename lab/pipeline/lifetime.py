@@ -8,7 +8,7 @@ function that fills in the mode's :class:`lab.measure.result.ModeResult`:
   previous results removed only once it passed, the environment captured
   (:mod:`lab.engine.envcapture`);
 - :func:`engine`: a context manager: SIGTERM turned into ``SystemExit`` so ``finally`` runs,
-  the engine started in its own process group (:mod:`lab.engine.server`), its startup phases
+  the engine started in its own process group (:mod:`lab.engine.command`, :mod:`lab.engine.process`), its startup phases
   followed in its log (:mod:`lab.engine.startup`), its effective configuration and version
   read back from ``/server_info`` (:mod:`lab.engine.effective`, :mod:`lab.tracking.versions`);
   the engine group is stopped on leaving, however it is left;
@@ -32,7 +32,8 @@ from lab.config import LabParams
 from lab.engine.effective import effective_config
 from lab.engine.envcapture import capture_environment
 from lab.engine.preflight import format_table, run_preflight
-from lab.engine.server import ServerCommand, ServerProcess, stop_stale_servers
+from lab.engine.command import ServerCommand
+from lab.engine.process import ServerProcess, stop_stale_servers
 from lab.engine.startup import StartupTracker
 from lab.measure import client, hygiene
 from lab.measure.point import BenchError, check_alive
@@ -104,7 +105,7 @@ def engine(params: LabParams, cmd: ServerCommand, out: Path, result: ModeResult,
     Fills ``result.startup`` (phases; also when startup fails), ``startup_s`` (s),
     ``engine_version``, ``version_tags`` and ``effective_config``.
 
-    :raises lab.engine.server.ServerError: the engine exited or was not ready in
+    :raises lab.engine.process.ServerError: the engine exited or was not ready in
         ``server.startup_timeout_s``.
     """
     with sigterm_as_exit(), ServerProcess(cmd, out / "server.log", stop_grace_s=params.server.stop_grace_s) as srv:

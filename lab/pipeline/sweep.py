@@ -6,7 +6,7 @@ generate the list. ``lab sweep`` therefore writes the expanded grid into params.
 ``modes`` between two marker comments (the rest of the file is kept byte for byte), and
 the generated modes are ordinary modes from then on: ``dvc repro``, ``dvc exp run -S
 modes.sw_....num_steps=3``, ``dvc exp run --queue`` and ``dvc params diff`` all see them.
-``lab sweep --clear`` removes them. :func:`check_current` (called by every stage) refuses
+``lab sweep --clear`` removes them. :func:`check_current` (called by the compare stage, :mod:`lab.pipeline.compare_stage`) refuses
 to run when the generated modes no longer match the ``sweep`` section (e.g. after ``dvc
 exp run -S sweep.grid.num_steps=[1,2]``), naming the fix. See docs/sweeps.md.
 

@@ -1,7 +1,7 @@
 """The answer in a few lines: per mode, its speedup over the baseline at each concurrency.
 
 One renderer for every place that states the answer: the end of ``dvc repro`` (printed by
-the compare stage, :mod:`lab.pipeline.stage`), the top of ``reports/report.html`` and
+the compare stage, :mod:`lab.pipeline.compare_stage`), the top of ``reports/report.html`` and
 ``reports/summary.md``, and ``lab summary``. Its input is the comparison that
 :func:`lab.pipeline.compare.run_compare` returns and writes to ``reports/comparison.json``:
 
@@ -9,9 +9,11 @@ the compare stage, :mod:`lab.pipeline.stage`), the top of ``reports/report.html`
 - ``modes``: ``{mode: {point: entry}}``; an entry holds ``concurrency``, the means
   ``accept_length`` / ``verify_ms`` (``{"mean": ...}``) and one ``speedup_<metric>`` per
   compared throughput (``{"ratio", "ci95_lo", "ci95_hi", "verdict"}``);
+- ``lossless`` (optional): :func:`lab.analysis.lossless.check_lossless`'s dict; each mode's
+  ``line`` is stated under the mode;
 - ``taskmix`` (optional): per-category rows of :func:`lab.analysis.taskmix.add_taskmix`,
   rendered by :mod:`lab.report.taskmix` as the "Per task category" lines;
-- ``warnings``: ``{mode: [text, ...]}`` (measurement hygiene); ``notice``: a sentence
+- ``warnings``: ``{mode: [text, ...]}`` (measurement hygiene, lossless check); ``notice``: a sentence
   when two modes resolved to the same configuration; ``caption``: which engine produced
   the numbers.
 
@@ -73,11 +75,13 @@ class Answer:
     :ivar warnings: :func:`group_warnings` of the comparison's warnings.
     :ivar notice, caption, report: the identical-configuration notice, the engine caption,
         and where ``report.html`` is (or None).
+    :ivar lossless: ``{mode: sentence}`` of the lossless check (empty when not run).
     """
 
-    def __init__(self, rows, baseline, warnings, notice, caption, report) -> None:
+    def __init__(self, rows, baseline, warnings, notice, caption, report, lossless=None) -> None:
         self.rows, self.baseline, self.warnings = rows, baseline, warnings
         self.notice, self.caption, self.report = notice, caption, report
+        self.lossless: dict[str, str] = dict(lossless or {})
 
 
 def build_answer(comparison: dict[str, Any], report_path: str | Path | None = None) -> Answer:
@@ -94,8 +98,10 @@ def build_answer(comparison: dict[str, Any], report_path: str | Path | None = No
             speedups = [(label, t) for k, label in SPEEDUPS if (t := _fmt_speedup(e.get(k)))]
             lines.append((key, speedups, _mean(e, "accept_length"), _mean(e, "verify_ms")))
         rows.append((mode, lines))
+    lossless = {m: e["line"] for m, e in ((comparison.get("lossless") or {}).get("modes") or {}).items()
+                if e.get("line")}
     return Answer(rows, baseline, group_warnings(comparison.get("warnings")), comparison.get("notice"),
-                  comparison.get("caption"), str(report_path) if report_path else None)
+                  comparison.get("caption"), str(report_path) if report_path else None, lossless)
 
 
 def _point_text(point: str, speedups: list[tuple[str, str]], acc: float | None, verify: float | None) -> str:
@@ -117,6 +123,8 @@ def answer_text(comparison: dict[str, Any], report_path: str | Path | None = Non
     for mode, points in a.rows:
         lines.append(f"  {mode}:")
         lines += [f"    {_point_text(*p)}" for p in points]
+        if mode in a.lossless:
+            lines.append(f"    {a.lossless[mode]}")
     from lab.report.taskmix import taskmix_lines  # per task category, when the prompts have several
 
     tm = taskmix_lines(comparison)
@@ -139,6 +147,8 @@ def answer_markdown(comparison: dict[str, Any], report_path: str | Path | None =
     for mode, points in a.rows:
         lines.append(f"- **{mode}**")
         lines += [f"  - {_point_text(*p)}" for p in points]
+        if mode in a.lossless:
+            lines.append(f"  - {a.lossless[mode]}")
     from lab.report.taskmix import taskmix_markdown
 
     if tm := taskmix_markdown(comparison):
@@ -160,7 +170,9 @@ def answer_html(comparison: dict[str, Any], report_path: str | Path | None = Non
     e = html.escape
     out = [f'<section class="answer"><p><b>{e(_headline(a))}</b></p><ul>']
     for mode, points in a.rows:
-        out.append(f"<li><b>{e(mode)}</b><ul>" + "".join(f"<li>{e(_point_text(*p))}</li>" for p in points) + "</ul></li>")
+        extra = f"<li>{e(a.lossless[mode])}</li>" if mode in a.lossless else ""
+        out.append(f"<li><b>{e(mode)}</b><ul>" + "".join(f"<li>{e(_point_text(*p))}</li>" for p in points)
+                   + extra + "</ul></li>")
     out.append("</ul>")
     from lab.report.taskmix import taskmix_html
 

@@ -88,6 +88,10 @@ Transformers via Speculative Decoding"; EAGLE-3, Li et al. 2025).</p>
 (lab/profiling/trace.py). Traces: the <code>profile/</code> artifacts of each mode's MLflow run (open in ui.perfetto.dev).</p>
 <ul>{% for m, s in profile.sentences.items() %}<li>{{ s }}</li>{% endfor %}{% for m, st in profile.failed.items() %}<li>{{ m }}: profiling {{ st }}</li>{% endfor %}</ul>
 {{ profile_table | safe }}{% endif %}
+{% if lossless_table %}<h2>Lossless check: output token ids against the baseline's, per prompt</h2>
+<p>Each request matched with the baseline's at the same point, repeat, slot and prompt (lab/analysis/lossless.py);
+first divergence: the first differing token position (0-based), the earliest over that prompt's requests.</p>
+{{ lossless_table | safe }}{% endif %}
 <h2>Summary (mean [95 % CI] over repeats; speedup: Welch log-ratio 95 % CI over repeats; paired: per prompt)</h2>
 {{ table | safe }}
 <h2>Figures</h2>
@@ -156,6 +160,21 @@ def _profile_html(profile: dict[str, Any] | None) -> str:
     return pd.DataFrame(rows).to_html(index=False, escape=True, border=0, float_format=lambda v: f"{v:.3g}")
 
 
+def _lossless_html(lossless: dict[str, Any] | None) -> str:
+    """The lossless check per mode and prompt (:func:`lab.analysis.lossless.check_lossless`), or ""."""
+    rows = []
+    for mode, e in ((lossless or {}).get("modes") or {}).items():
+        if e.get("status") != "checked":
+            rows.append({"mode": mode, "prompt": "-", "text": e.get("reason"), "pairs": 0, "identical": 0,
+                         "first divergence (token)": "-"})
+            continue
+        for p in e["prompts"]:
+            fd = p["first_divergence_token_min"]
+            rows.append({"mode": mode, "prompt": p["prompt_index"], "text": p["head"] or "-", "pairs": p["pairs"],
+                         "identical": p["identical"], "first divergence (token)": "-" if fd is None else fd})
+    return pd.DataFrame(rows).to_html(index=False, escape=True, border=0) if rows else ""
+
+
 def _lowest_level(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One break-even entry per mode: its lowest concurrency (as in the figure)."""
     out: dict[str, dict[str, Any]] = {}
@@ -181,6 +200,6 @@ def write_report(params: LabParams, summary: dict[str, Any], path: Path) -> Path
         answer=answer_html(summary),  # the answer first; each warning once, naming its modes
         break_even=_lowest_level(summary.get("break_even", [])), table=_summary_html(summary), figures=figures,
         config_table=_config_html(params, summary), profile=summary.get("profile"),
-        profile_table=_profile_html(summary.get("profile")))
+        profile_table=_profile_html(summary.get("profile")), lossless_table=_lossless_html(summary.get("lossless")))
     write_text_atomic(path, text)
     return path

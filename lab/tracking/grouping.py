@@ -7,11 +7,17 @@ runs) and found again by the later stages through a small file,
 experiment: its temporary copy). The file maps a *pipeline-run key* to the parent's run id:
 
     key = sha256(git HEAD commit, DVC experiment name ($DVC_EXP_NAME, "workspace" outside
-          an experiment), the bytes of params.yaml, tracking URI, experiment name)[:16]
+          an experiment), tracking URI, experiment name,
+          the params sections of :data:`PIPELINE_KEY_SECTIONS`)[:16]
 
 So every stage of one ``dvc repro`` / ``dvc exp run`` (same commit, same params) lands under
-the same parent; a new commit, a changed params.yaml or a new experiment starts a new
-parent. A ``dvc repro`` after editing one mode re-runs only that mode and ``compare``: the
+the same parent; a new commit (``-dirty`` after any edit of a tracked file, params.yaml
+included), a changed engine/model/server/emulator/bench section or a new experiment starts a
+new parent. The key reads only the sections every ``bench@<mode>`` stage declares in
+``dvc.yaml`` (no mode's own section, no ``sweep``, no ``physics``), so a stage never depends on
+params it does not declare; the stages that also create or finish the parent (``compare``,
+``physics``) declare those sections too. The parent's name gets its mode count when
+``compare`` finishes it (:func:`finish_parent`): only ``compare`` reads every mode. A ``dvc repro`` after editing one mode re-runs only that mode and ``compare``: the
 new parent then holds those runs, and the comparison run tags the ids of every mode run it
 compared (``mode_run.<mode>``), including those recorded under an earlier parent.
 The comparison marks the parent FINISHED and copies the headline metrics onto it, so the
@@ -31,20 +37,26 @@ from lab.atomic import write_json_atomic
 from lab.config import LabParams, repo_root
 from lab.tracking.runs import TrackingError, git_commit, open_run, run_tags
 
-__all__ = ["pipeline_key", "pipeline_parent", "mode_run_name", "PARENT_FILE"]
+__all__ = ["pipeline_key", "pipeline_parent", "mode_run_name", "PARENT_FILE", "PIPELINE_KEY_SECTIONS"]
 
 PARENT_FILE = Path(".cache") / "mlflow_parent.json"
 
 
+#: params.yaml sections in the pipeline-run key: those every ``bench@<mode>`` stage declares
+#: (with ``mlflow``, which enters through the tracking URI and experiment name).
+PIPELINE_KEY_SECTIONS = ("engine", "model", "server", "emulator", "bench")
+
+
 def pipeline_key(params: LabParams, root: Path | None = None) -> str:
-    """The pipeline-run key (module docstring): 16 hex digits."""
+    """The pipeline-run key (module docstring): 16 hex digits. Reads the validated
+    :data:`PIPELINE_KEY_SECTIONS` and ``mlflow``, never the rest of params.yaml."""
     root = root or repo_root()
-    p = root / "params.yaml"
     h = hashlib.sha256()
     for part in (git_commit(root), os.environ.get("DVC_EXP_NAME", "workspace"),
                  params.mlflow.resolved_tracking_uri(root), params.mlflow.experiment):
         h.update(part.encode() + b"\0")
-    h.update(p.read_bytes() if p.is_file() else b"")
+    sections = params.model_dump(mode="json", include=set(PIPELINE_KEY_SECTIONS))
+    h.update(json.dumps(sections, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
@@ -93,8 +105,7 @@ def pipeline_parent(params: LabParams, root: Path | None = None) -> str:
     exp = os.environ.get("DVC_EXP_NAME")
     label = f"exp {exp}" if exp else f"git {git_commit(root)[:8]}"
     tags = {**run_tags(params, mode=None), "pipeline_key": key, "lab_role": "pipeline"}
-    handle = open_run(params, run_name=f"pipeline | {params.engine} | {len(params.modes)} modes | {label}",
-                      tags=tags)
+    handle = open_run(params, run_name=f"pipeline | {params.engine} | {label}", tags=tags)
     path.parent.mkdir(parents=True, exist_ok=True)
     known[key] = handle.run_id
     write_json_atomic(path, known, indent=1)
@@ -102,7 +113,8 @@ def pipeline_parent(params: LabParams, root: Path | None = None) -> str:
 
 
 def finish_parent(params: LabParams, run_id: str, metrics: dict[str, float], tags: dict[str, str]) -> None:
-    """Copy the headline metrics and tags onto the parent and mark it FINISHED.
+    """Copy the headline metrics and tags onto the parent, add the mode count to its name
+    (``pipeline | emulator | 3 modes | git 1a2b3c4d``) and mark it FINISHED.
 
     :raises TrackingError: MLflow rejected a call.
     """
@@ -111,6 +123,12 @@ def finish_parent(params: LabParams, run_id: str, metrics: dict[str, float], tag
     handle = RunHandle(_client(params), run_id, params.mlflow.resolved_tracking_uri())
     handle.log_metrics(metrics)
     handle.set_tags(tags)
+    # Named with its mode count here, not at creation: only compare declares every mode.
+    run = _client(params).get_run(run_id)
+    name = run.data.tags.get("mlflow.runName") or run.info.run_name or ""
+    head, sep, label = name.rpartition(" | ")
+    if sep and head == f"pipeline | {params.engine}":
+        handle.set_tags({"mlflow.runName": f"{head} | {len(params.modes)} modes | {label}"})
     handle.finish("FINISHED")
 
 

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from lab.redact import REDACTED
 
-__all__ = ["mode_run_params", "redact_url"]
+__all__ = ["mode_run_params", "compare_run_params", "redact_url"]
 
 
 def redact_url(url: str) -> str:
@@ -38,7 +38,9 @@ def redact_url(url: str) -> str:
 
 
 def mode_run_params(params, mode_name: str) -> dict[str, str]:
-    """The flat ``{name: value}`` params of mode ``mode_name``'s MLflow run.
+    """The flat ``{name: value}`` params of mode ``mode_name``'s MLflow run: the params.yaml
+    sections its ``bench@<mode>`` stage declares in ``dvc.yaml`` (engine, model, server, this
+    mode, bench, emulator, mlflow), nothing else (no ``sweep``: a sweep edit re-runs no bench).
 
     :param params: :class:`lab.config.LabParams`.
     :raises lab.config.ParamsError: ``mode_name`` is not in ``params.modes``.
@@ -53,6 +55,21 @@ def mode_run_params(params, mode_name: str) -> dict[str, str]:
     return flatten_params({
         "engine": params.engine, "mode_name": mode_name, "model": params.model.model_dump(),
         "server": params.server.model_dump(), "mode": params.mode(mode_name).model_dump(),
-        "bench": params.bench.model_dump(),
+        "bench": params.bench.model_dump(), "lossless": params.lossless.model_dump(),
         **({"emulator": params.emulator.model_dump()} if params.engine == "emulator" else {}),
-        "sweep": dump(params.sweep), "mlflow": mlflow})
+        "mlflow": mlflow})
+
+
+def compare_run_params(params) -> dict[str, str]:
+    """The flat ``{name: value}`` params of the comparison's MLflow run: the ``sweep`` section
+    (``sweep.prefix``, ``sweep.grid.num_steps``...), which only the ``compare`` stage declares
+    in ``dvc.yaml`` (it checks the generated modes against it); every other section is on the
+    mode runs (:func:`mode_run_params`). Empty without a sweep section.
+
+    :param params: :class:`lab.config.LabParams`.
+    """
+    from lab.tracking.runs import flatten_params
+
+    sweep = params.sweep
+    return flatten_params({"sweep": sweep.model_dump() if hasattr(sweep, "model_dump") else sweep}) if sweep else {}
+

@@ -114,7 +114,7 @@ def log_mode_run(run: RunHandle, out: Path, result: dict[str, Any], status: str,
             if key == level_key(agg["concurrency"]):  # primary points only: one step per level
                 run.log_metrics({f"{BY_CONCURRENCY}.{m}": v["mean"] for m, v in agg.items()
                                  if isinstance(v, dict) and "mean" in v}, step=agg["concurrency"])
-        # The executed notebook is logged by lab.pipeline.stage once papermill has written it.
+        # The executed notebook is logged by the stage runner (lab.pipeline.stage) once papermill has written it.
         for name in ARTIFACTS:
             run.log_artifact(out / name)
         if (result.get("profile") or {}).get("trace"):  # Chrome trace: opens in ui.perfetto.dev

@@ -1,22 +1,18 @@
-"""Server launch: the SGLang argv for each mode, and the engine's process lifecycle.
+"""Server process: the engine's process-group lifecycle, given a :class:`~lab.engine.command.ServerCommand`.
 
-Both engines take the same SGLang 0.5.23 flags (``docs/contracts.md``): the real server is
-``python -m sglang.launch_server <flags>``, the emulator ``python -m lab.emulator <flags>``
-plus its own flags (``--emulator-*``, ``--ground-truth-file``). Each mode's speculative flags
-come from one table, :data:`MODE_FLAGS`, so a mode's launch is readable in one place.
-
-Lifecycle (after guidellm ``tests/e2e/vllm_sim_server.py``): start the command in its own
-process group with output to ``server.log``, record the group id on disk, poll readiness
-with a deadline while checking that the process lives, and stop the whole group with
-SIGTERM then SIGKILL on every exit path. A group recorded by a run whose kernel was killed
-hard is found and stopped by the next launch.
+After guidellm ``tests/e2e/vllm_sim_server.py``: start the command in its own process group
+with output to ``server.log``, record the group id on disk, poll readiness with a deadline
+while checking that the process lives, and stop the whole group with SIGTERM then SIGKILL
+on every exit path. A group recorded by a run whose kernel was killed hard is found and
+stopped by the next launch (:func:`stop_stale_servers`). Also the checks made just before a
+launch: the port is free (:func:`check_port_free`) and the host is loopback
+(:func:`exposure_warning`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -25,41 +21,22 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
-from lab.config import LabParams, main_repo_root, repo_root
-from lab.redact import redact_argv, redact_env
+from lab.config import main_repo_root, repo_root
+from lab.engine.command import ServerCommand
 
 __all__ = [
-    "ServerCommand",
     "ServerError",
     "ServerProcess",
-    "MODE_FLAGS",
-    "build_server_command",
-    "server_flags",
+    "HEALTH_TIMEOUT_S",
     "check_port_free",
     "stop_stale_servers",
     "exposure_warning",
+    "log_tail",
 ]
-
-# Mode field -> SGLang 0.5.23 flag (sglang/srt/arg_groups/fields/spec.py, model.py).
-MODE_FLAGS: dict[str, str] = {
-    "algorithm": "--speculative-algorithm",
-    "num_steps": "--speculative-num-steps",
-    "eagle_topk": "--speculative-eagle-topk",
-    "num_draft_tokens": "--speculative-num-draft-tokens",
-    "attention_mode": "--speculative-attention-mode",
-    "draft_attention_backend": "--speculative-draft-attention-backend",
-    "prefill_attention_backend": "--prefill-attention-backend",
-    "decode_attention_backend": "--decode-attention-backend",
-}
-
-# Always set for both engines: per-category GPU time in /metrics and step_time_dict in
-# /server_info (sglang/srt/managers/scheduler_components/metrics_reporter.py).
-BASE_ENV = {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1", "SGLANG_RECORD_STEP_TIME": "1"}
 
 
 #: Read timeout of the confirming ``/health`` (SGLang answers within its 20 s
@@ -73,120 +50,6 @@ class ServerError(RuntimeError):
     The message names the cause and the fix, and includes the server log's tail when the
     process died.
     """
-
-
-@dataclass(frozen=True)
-class ServerCommand:
-    """A fully resolved engine launch.
-
-    :ivar argv: the process argv (a list; never a shell string).
-    :ivar env: variables added to the inherited environment.
-    :ivar engine: ``"emulator"`` or ``"sglang"``.
-    :ivar host, port: where it will listen.
-    """
-
-    argv: list[str]
-    env: dict[str, str]
-    engine: str
-    host: str
-    port: int
-    flags: list[str] = field(default_factory=list)
-
-    @property
-    def base_url(self) -> str:
-        """``http://host:port`` of the server (IPv6 hosts bracketed)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-    def display(self) -> str:
-        """The launch as a copy-pasteable line, secrets redacted."""
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(redact_env(self.env).items()))
-        return f"{env} {shlex.join(redact_argv(self.argv))}".strip()
-
-
-def server_flags(params: LabParams, mode_name: str) -> list[str]:
-    """SGLang 0.5.23 flags for ``mode_name`` (identical for both engines).
-
-    ``--max-running-requests`` and ``--cuda-graph-max-bs-decode`` are set in every mode:
-    with speculation and no cap SGLang limits running requests to 48, the baseline not.
-
-    :raises ParamsError: unknown mode.
-    """
-    mode = params.mode(mode_name)
-    m, s = params.model, params.server
-    flags = ["--model-path", m.path, "--tp-size", str(m.tp_size)]
-    if m.trust_remote_code:
-        flags.append("--trust-remote-code")
-    flags += ["--host", s.host, "--port", str(s.port)]
-    if s.mem_fraction_static is not None:
-        flags += ["--mem-fraction-static", str(s.mem_fraction_static)]
-    flags += [
-        "--max-running-requests", str(s.max_running_requests),
-        "--cuda-graph-max-bs-decode", str(s.cuda_graph_max_bs_decode),
-        "--enable-metrics",
-        "--decode-log-interval", str(s.decode_log_interval),
-    ]
-    if s.context_length is not None:
-        flags += ["--context-length", str(s.context_length)]
-    if s.nnodes > 1:
-        flags += ["--nnodes", str(s.nnodes), "--node-rank", str(s.node_rank)]
-    if s.dist_init_addr:
-        flags += ["--dist-init-addr", s.dist_init_addr]
-    if mode.is_speculative:
-        flags += [MODE_FLAGS["algorithm"], str(mode.algorithm)]
-        flags += ["--speculative-draft-model-path", str(mode.draft_path or m.draft_path)]
-    for key, flag in MODE_FLAGS.items():
-        value = getattr(mode, key)
-        if key != "algorithm" and value is not None:
-            flags += [flag, str(value)]
-    return flags + list(s.extra_args) + list(mode.extra_args)
-
-
-def build_server_command(
-    params: LabParams,
-    mode_name: str,
-    *,
-    ground_truth_file: str | os.PathLike[str] | None = None,
-    python: str = sys.executable,
-    prompt_file: str | os.PathLike[str] | None = None,
-) -> ServerCommand:
-    """The engine launch for ``mode_name`` under ``params.engine``.
-
-    :param ground_truth_file: emulator only: where it writes what it actually did.
-    :param python: the interpreter that runs the server.
-    :param prompt_file: emulator only: the JSONL prompt file whose categories set per-category
-        acceptance (``--emulator-prompt-categories``, :mod:`lab.emulator.categories`).
-    :returns: a :class:`ServerCommand` (argv list + added environment).
-    :raises ParamsError: unknown mode.
-    """
-    mode = params.mode(mode_name)
-    flags = server_flags(params, mode_name)
-    env = dict(BASE_ENV)
-    env.update(params.server.env)
-    env.update(mode.env)
-    if mode.simulate_accept_length is not None:
-        env["SGLANG_SIMULATE_ACC_LEN"] = str(mode.simulate_accept_length)
-        # SGLang's default simulated-token mode emits token id 100 at every position
-        # (speculative/spec_utils.py ~568), which the degenerate-output check would flag;
-        # real-draft-token keeps the real tokens and is allowed with topk 1
-        # (speculative/eagle_utils.py ~818-823). With topk > 1 SGLang refuses it, so the
-        # run keeps token 100 and its outputs are (correctly) reported degenerate.
-        if (mode.eagle_topk or 1) == 1:
-            env.setdefault("SGLANG_SIMULATE_ACC_TOKEN_MODE", "real-draft-token")
-    if params.engine == "sglang":
-        argv = [python, "-m", "sglang.launch_server", *flags]
-    else:
-        argv = [python, "-m", "lab.emulator", *flags,
-                "--emulator-profile", params.emulator.profile,
-                "--emulator-startup-delay-s", str(params.emulator.startup_delay_s)]
-        for fault in params.emulator.faults:  # lab/emulator/faults.py; none by default
-            argv += ["--emulator-fault", fault]
-        if ground_truth_file is not None:
-            argv += ["--ground-truth-file", str(ground_truth_file)]
-        if prompt_file is not None:
-            argv += ["--emulator-prompt-categories", str(prompt_file)]
-    return ServerCommand(argv=argv, env=env, engine=params.engine,
-                         host=params.server.host, port=params.server.port, flags=flags)
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -348,7 +211,7 @@ class ServerProcess:
     ``with ServerProcess(cmd, log_path) as srv: srv.wait_ready(timeout_s)`` — leaving the
     block (normally, by exception, or by SIGTERM turned into SystemExit) stops the group.
 
-    :param command: from :func:`build_server_command`.
+    :param command: from :func:`lab.engine.command.build_server_command`.
     :param log_path: stdout+stderr of the engine (``results/<mode>/server.log``).
     :param stop_grace_s: seconds between SIGTERM and SIGKILL.
     :param nvml: NVML module for the GPU-memory wait (tests inject a fake; default pynvml).
@@ -540,4 +403,3 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-

@@ -1,0 +1,152 @@
+"""Server command: the engine's argv and environment for each mode (no process handling).
+
+Both engines take the same SGLang 0.5.23 flags (``docs/contracts.md``): the real server is
+``python -m sglang.launch_server <flags>``, the emulator ``python -m lab.emulator <flags>``
+plus its own flags (``--emulator-*``, ``--ground-truth-file``). Each mode's speculative flags
+come from one table, :data:`MODE_FLAGS`, so a mode's launch is readable in one place.
+Starting, watching and stopping the command is :mod:`lab.engine.process`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+
+from lab.config import LabParams
+from lab.redact import redact_argv, redact_env
+
+__all__ = ["ServerCommand", "MODE_FLAGS", "BASE_ENV", "build_server_command", "server_flags"]
+
+# Mode field -> SGLang 0.5.23 flag (sglang/srt/arg_groups/fields/spec.py, model.py).
+MODE_FLAGS: dict[str, str] = {
+    "algorithm": "--speculative-algorithm",
+    "num_steps": "--speculative-num-steps",
+    "eagle_topk": "--speculative-eagle-topk",
+    "num_draft_tokens": "--speculative-num-draft-tokens",
+    "attention_mode": "--speculative-attention-mode",
+    "draft_attention_backend": "--speculative-draft-attention-backend",
+    "prefill_attention_backend": "--prefill-attention-backend",
+    "decode_attention_backend": "--decode-attention-backend",
+}
+
+# Always set for both engines: per-category GPU time in /metrics and step_time_dict in
+# /server_info (sglang/srt/managers/scheduler_components/metrics_reporter.py).
+BASE_ENV = {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1", "SGLANG_RECORD_STEP_TIME": "1"}
+
+
+@dataclass(frozen=True)
+
+
+class ServerCommand:
+    """A fully resolved engine launch.
+
+    :ivar argv: the process argv (a list; never a shell string).
+    :ivar env: variables added to the inherited environment.
+    :ivar engine: ``"emulator"`` or ``"sglang"``.
+    :ivar host, port: where it will listen.
+    """
+
+    argv: list[str]
+    env: dict[str, str]
+    engine: str
+    host: str
+    port: int
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` of the server (IPv6 hosts bracketed)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def display(self) -> str:
+        """The launch as a copy-pasteable line, secrets redacted."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(redact_env(self.env).items()))
+        return f"{env} {shlex.join(redact_argv(self.argv))}".strip()
+
+
+def server_flags(params: LabParams, mode_name: str) -> list[str]:
+    """SGLang 0.5.23 flags for ``mode_name`` (identical for both engines).
+
+    ``--max-running-requests`` and ``--cuda-graph-max-bs-decode`` are set in every mode:
+    with speculation and no cap SGLang limits running requests to 48, the baseline not.
+
+    :raises ParamsError: unknown mode.
+    """
+    mode = params.mode(mode_name)
+    m, s = params.model, params.server
+    flags = ["--model-path", m.path, "--tp-size", str(m.tp_size)]
+    if m.trust_remote_code:
+        flags.append("--trust-remote-code")
+    flags += ["--host", s.host, "--port", str(s.port)]
+    if s.mem_fraction_static is not None:
+        flags += ["--mem-fraction-static", str(s.mem_fraction_static)]
+    flags += [
+        "--max-running-requests", str(s.max_running_requests),
+        "--cuda-graph-max-bs-decode", str(s.cuda_graph_max_bs_decode),
+        "--enable-metrics",
+        "--decode-log-interval", str(s.decode_log_interval),
+    ]
+    if s.context_length is not None:
+        flags += ["--context-length", str(s.context_length)]
+    if s.nnodes > 1:
+        flags += ["--nnodes", str(s.nnodes), "--node-rank", str(s.node_rank)]
+    if s.dist_init_addr:
+        flags += ["--dist-init-addr", s.dist_init_addr]
+    if mode.is_speculative:
+        flags += [MODE_FLAGS["algorithm"], str(mode.algorithm)]
+        flags += ["--speculative-draft-model-path", str(mode.draft_path or m.draft_path)]
+    for key, flag in MODE_FLAGS.items():
+        value = getattr(mode, key)
+        if key != "algorithm" and value is not None:
+            flags += [flag, str(value)]
+    return flags + list(s.extra_args) + list(mode.extra_args)
+
+
+def build_server_command(
+    params: LabParams,
+    mode_name: str,
+    *,
+    ground_truth_file: str | os.PathLike[str] | None = None,
+    python: str = sys.executable,
+    prompt_file: str | os.PathLike[str] | None = None,
+) -> ServerCommand:
+    """The engine launch for ``mode_name`` under ``params.engine``.
+
+    :param ground_truth_file: emulator only: where it writes what it actually did.
+    :param python: the interpreter that runs the server.
+    :param prompt_file: emulator only: the JSONL prompt file whose categories set per-category
+        acceptance (``--emulator-prompt-categories``, :mod:`lab.emulator.categories`).
+    :returns: a :class:`ServerCommand` (argv list + added environment).
+    :raises ParamsError: unknown mode.
+    """
+    mode = params.mode(mode_name)
+    flags = server_flags(params, mode_name)
+    env = dict(BASE_ENV)
+    env.update(params.server.env)
+    env.update(mode.env)
+    if mode.simulate_accept_length is not None:
+        env["SGLANG_SIMULATE_ACC_LEN"] = str(mode.simulate_accept_length)
+        # SGLang's default simulated-token mode emits token id 100 at every position
+        # (speculative/spec_utils.py ~568), which the degenerate-output check would flag;
+        # real-draft-token keeps the real tokens and is allowed with topk 1
+        # (speculative/eagle_utils.py ~818-823). With topk > 1 SGLang refuses it, so the
+        # run keeps token 100 and its outputs are (correctly) reported degenerate.
+        if (mode.eagle_topk or 1) == 1:
+            env.setdefault("SGLANG_SIMULATE_ACC_TOKEN_MODE", "real-draft-token")
+    if params.engine == "sglang":
+        argv = [python, "-m", "sglang.launch_server", *flags]
+    else:
+        argv = [python, "-m", "lab.emulator", *flags,
+                "--emulator-profile", params.emulator.profile,
+                "--emulator-startup-delay-s", str(params.emulator.startup_delay_s)]
+        for fault in params.emulator.faults:  # lab/emulator/faults.py; none by default
+            argv += ["--emulator-fault", fault]
+        if ground_truth_file is not None:
+            argv += ["--ground-truth-file", str(ground_truth_file)]
+        if prompt_file is not None:
+            argv += ["--emulator-prompt-categories", str(prompt_file)]
+    return ServerCommand(argv=argv, env=env, engine=params.engine,
+                         host=params.server.host, port=params.server.port, flags=flags)

@@ -1,0 +1,77 @@
+"""DVC entry point of the ``bench@<mode>`` stages: ``python -m lab.pipeline.bench_stage --mode <name>``.
+
+Imports only what one mode's benchmark runs (its preflight, the engine command and process,
+the runner in :mod:`lab.pipeline.stage`); the notebook ``notebooks/bench.ipynb`` imports the
+rest (:mod:`lab.pipeline.bench`). ``dvc.yaml`` lists exactly that code as the stage's deps,
+checked by ``tests/test_dvc_deps.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from lab.config import LabParams
+from lab.pipeline.stage import PreflightFailed, Stage, stage_main
+
+__all__ = ["bench_stage", "main"]
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def bench_stage(params: LabParams, mode: str) -> Stage:
+    """The ``bench@<mode>`` stage: notebook ``bench`` with the mode's params, results in
+    ``results/<mode>``.
+
+    :raises ParamsError: unknown mode.
+    """
+    slice_ = params.mode(mode).model_dump(mode="json")
+
+    def preflight(params: LabParams, root: Path, out_dir: Path) -> None:
+        """Seconds-long checks before papermill starts a kernel (issue 11: a stage that cannot
+        start fails fast, shows the short table, deletes nothing and leaves no MLflow run):
+        :func:`lab.engine.preflight.run_preflight` without the SGLang argv parse (the
+        notebook's own preflight does it): port, disk, dataset, emulator profile; with
+        ``engine: sglang`` also GPUs, SGLang importable and the weights.
+
+        :raises PreflightFailed: with the table.
+        """
+        from lab.engine.command import build_server_command
+        from lab.engine.preflight import format_table, run_preflight
+        from lab.engine.process import stop_stale_servers
+
+        stop_stale_servers(log=_log)  # ours would hold the port
+        python = build_server_command(params, mode).argv[0]
+        report = run_preflight(params, [mode], python=python, results_dir=out_dir, check_argv=False)
+        if not report.ok:
+            raise PreflightFailed(f"stage bench {mode}: preflight failed before any engine started; "
+                                  f"nothing was deleted ({out_dir} keeps its previous results)\n"
+                                  + format_table(report))
+
+    def cleanup() -> None:
+        # A kernel killed hard ran no `finally`: stop the engine group it left (its owner,
+        # the kernel, is dead), saying so.
+        from lab.engine.process import stop_stale_servers
+
+        stop_stale_servers(log=_log)
+
+    return Stage(dvc_name="bench", notebook="bench", results_dir=f"results/{mode}",
+                 parameters={"mode_name": mode, "mode": slice_, "results_dir": f"results/{mode}"},
+                 preflight=preflight, cleanup=cleanup)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: ``python -m lab.pipeline.bench_stage --mode NAME [--params FILE]``; exit code as
+    :func:`lab.pipeline.stage.stage_main`."""
+    ap = argparse.ArgumentParser(prog="python -m lab.pipeline.bench_stage", description="run the bench@<mode> DVC stage (validate params, preflight, notebook)")
+    ap.add_argument("--mode", required=True, help="mode name from params.yaml")
+    ap.add_argument("--params", help="params file (default: <repo>/params.yaml)")
+    args = ap.parse_args(argv)
+    return stage_main(f"bench {args.mode}", lambda params: bench_stage(params, args.mode), args.params)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""DVC entry point of the ``compare`` stage: ``python -m lab.pipeline.compare_stage``.
+
+Imports only what the comparison runs (loading every mode's results, the report, the
+runner in :mod:`lab.pipeline.stage`, the sweep check); the notebook
+``notebooks/compare.ipynb`` imports the rest. ``dvc.yaml`` lists exactly that code as the
+stage's deps, checked by ``tests/test_dvc_deps.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from lab.config import LabParams
+from lab.pipeline.stage import PreflightFailed, Stage, stage_main
+
+__all__ = ["compare_stage", "check_sweep_current", "main"]
+
+
+def check_sweep_current(path: Path) -> None:
+    """Refuse generated sweep modes that no longer match params.yaml's ``sweep`` section
+    (:func:`lab.pipeline.sweep.check_current`). Run by the compare stage only, which declares
+    ``sweep`` in ``dvc.yaml``: the bench stages do not read it, so a sweep edit re-runs none.
+
+    :raises ParamsError: stale generated modes, naming the fix (``lab sweep``).
+    """
+    import yaml
+
+    from lab.pipeline.sweep import check_current
+
+    check_current(yaml.safe_load(path.read_text()) or {})
+
+
+def compare_stage(params: LabParams, params_file: str | None = None) -> Stage:
+    """The ``compare`` stage: notebook ``compare`` over every mode, outputs in ``reports/``.
+
+    :raises ParamsError: stale generated sweep modes (:func:`check_sweep_current`).
+    """
+    from lab.config import repo_root
+
+    check_sweep_current(Path(params_file) if params_file else repo_root() / "params.yaml")
+
+    def preflight(params: LabParams, root: Path, out_dir: Path) -> None:
+        """Every mode's ``result.json`` exists and says ``ok``.
+
+        :raises PreflightFailed: naming the missing or failed mode.
+        """
+        from lab.analysis.compare import CompareError, load_results
+
+        try:
+            load_results(root / "results", list(params.modes))
+        except CompareError as exc:
+            raise PreflightFailed(f"stage compare: {exc}") from None
+
+    return Stage(dvc_name="compare", notebook="compare", results_dir="reports", preflight=preflight,
+                 parameters={"modes": list(params.modes), "results_dir": "results", "reports_dir": "reports"})
+
+
+def print_answer(notebook: Path) -> None:
+    """The last stage: ``dvc repro`` ends with the answer (:func:`lab.report.answer.load_answer`)."""
+    from lab.report.answer import load_answer
+
+    print("\n" + load_answer(notebook.parent), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: ``python -m lab.pipeline.compare_stage [--params FILE]``; exit code as
+    :func:`lab.pipeline.stage.stage_main`."""
+    ap = argparse.ArgumentParser(prog="python -m lab.pipeline.compare_stage", description="run the compare DVC stage (sweep check, results present, notebook)")
+    ap.add_argument("--params", help="params file (default: <repo>/params.yaml)")
+    args = ap.parse_args(argv)
+    return stage_main("compare", lambda params: compare_stage(params, args.params), args.params,
+                      on_success=print_answer)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
