@@ -28,6 +28,8 @@ __all__ = [
     "load_params",
     "repo_root",
     "find_repo_root",
+    "is_hf_id",
+    "check_dataset_params",
 ]
 
 
@@ -200,6 +202,59 @@ class SloParams(_Strict):
         return self
 
 
+_HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_HF_KEYS = ("dataset_split", "dataset_subset", "dataset_revision", "dataset_columns", "dataset_category")
+
+
+def is_hf_id(dataset: str) -> bool:
+    """True when ``bench.dataset`` names a Hugging Face dataset (``owner/name``, not ending in
+    ``.jsonl``; loaded by :mod:`lab.workload.sources`); a local prompt file must end in ``.jsonl``."""
+    return not dataset.endswith(".jsonl") and bool(_HF_ID.match(dataset))
+
+
+def check_dataset_params(bench: Any) -> None:
+    """Validate the dataset keys of ``bench`` (:class:`lab.config.BenchParams`); called by its validator.
+
+    :raises ValueError: a message naming the key and the fix: HF-only keys with a local file;
+        an HF id without ``dataset_split`` or ``dataset_columns``; neither or both of
+        ``dataset_columns.category`` and ``dataset_category``; a value that is neither a
+        ``.jsonl`` path nor an ``owner/name`` id.
+    """
+    ds = bench.dataset
+    if not is_hf_id(ds):
+        if not ds.endswith(".jsonl"):
+            raise ValueError(
+                f"bench.dataset={ds!r} is neither a local prompt file (.jsonl) nor a Hugging Face id (owner/name). "
+                "Fix: e.g. data/prompts.jsonl, or philschmid/mt-bench with bench.dataset_split and bench.dataset_columns")
+        set_ = [f"bench.{k}" for k in _HF_KEYS if getattr(bench, k) is not None]
+        if set_:
+            raise ValueError(
+                f"{', '.join(set_)} apply to a Hugging Face dataset only, but bench.dataset={ds!r} is a local file. "
+                "Fix: remove them, or set bench.dataset to an HF id such as philschmid/mt-bench")
+        return
+    example = "e.g. bench.dataset_split: train, bench.dataset_columns: {prompt: turns, category: category} for philschmid/mt-bench"
+    if bench.dataset_split is None:
+        raise ValueError(f"bench.dataset_split missing for the Hugging Face dataset {ds!r}. Fix: {example}")
+    if bench.dataset_columns is None:
+        raise ValueError(f"bench.dataset_columns missing for the Hugging Face dataset {ds!r}. Fix: {example}")
+    has_col, has_fixed = bench.dataset_columns.category is not None, bench.dataset_category is not None
+    if has_col == has_fixed:
+        raise ValueError(
+            f"{'both' if has_col else 'neither of'} bench.dataset_columns.category and bench.dataset_category "
+            f"{'are' if has_col else 'is'} set for {ds!r}. Fix: set exactly one: the category column of a task-labelled "
+            "set (category for philschmid/mt-bench), or one fixed category for a single-task set (math for openai/gsm8k)")
+
+
+class DatasetColumns(_Strict):
+    """Which columns of a Hugging Face dataset hold the prompt, its category and its id
+    (``bench.dataset_columns``; :mod:`lab.workload.sources`). ``prompt``'s value may be a
+    string, a list of turns (the first is sent) or a list of ``{role, content}`` messages."""
+
+    prompt: str = Field(min_length=1)
+    category: str | None = None
+    id: str | None = None
+
+
 class BenchParams(_Strict):
     """Client-side workload, swept inside one server launch.
 
@@ -208,6 +263,13 @@ class BenchParams(_Strict):
     """
 
     dataset: str = "data/prompts.jsonl"
+    # A Hugging Face dataset instead of the local JSONL (lab/workload/sources.py): bench.dataset
+    # is then its id (owner/name), loaded with `datasets` (extra `hf`) on the bench node.
+    dataset_split: str | None = None          # e.g. train, test
+    dataset_subset: str | None = None         # the HF config name, e.g. main for openai/gsm8k
+    dataset_revision: str | None = None       # a commit or tag; pin it for reproducible runs
+    dataset_columns: DatasetColumns | None = None
+    dataset_category: str | None = None       # fixed category of a single-task set, e.g. math
     num_prompts: int = Field(8, ge=1)
     max_new_tokens: int = Field(64, ge=2)
     concurrency: list[int] = Field(default_factory=lambda: [1, 8])
@@ -248,6 +310,11 @@ class BenchParams(_Strict):
         if any(not math.isfinite(r) or r <= 0 for r in v) or len({f"{r:g}" for r in v}) != len(v):
             raise ValueError(f"{v}: need distinct finite rates > 0 (requests/s). Fix: e.g. [4, 12], or [] for none")
         return v
+
+    @model_validator(mode="after")
+    def _dataset_source(self) -> "BenchParams":
+        check_dataset_params(self)  # ValueError names the key and the fix
+        return self
 
     @field_validator("context_tokens")
     @classmethod

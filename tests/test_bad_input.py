@@ -182,7 +182,7 @@ def test_secrets_redacted_end_to_end(tmp_path):
 
     assert run.data.params["server.env.TOKENIZERS_PARALLELISM"] == "false"
     assert run.data.params["bench.max_new_tokens"] == str(params.bench.max_new_tokens)
-    assert {k: v for k, v in run.data.params.items() if not k.startswith("effective.")} == mode_run_params(
+    assert {k: v for k, v in run.data.params.items() if not k.startswith(("effective.", "dataset."))} == mode_run_params(
         params, "baseline")
     dumped = json.dumps({"params": run.data.params, "tags": run.data.tags})
     assert secret not in dumped and key not in dumped

@@ -45,7 +45,7 @@ DECODE_LINE = re.compile(
 # --------------------------------------------------------------------------- unit
 def test_profile_matches_seed_numbers():
     p, path = load_profile("kimi_k25_tp8_pcie")
-    assert path == PROFILES_DIR / "kimi_k25_tp8_pcie.json" and p.version == 1
+    assert path == PROFILES_DIR / "kimi_k25_tp8_pcie.json" and p.version == 2  # 2: acceptance.per_category
     assert p.decode_s(1, 0, graph=True) == pytest.approx(0.012, abs=1e-9)
     assert not p.verify_graph_captured("prefill") and p.verify_graph_captured("decode")
     assert p.verify_s(1, 3, 0, "prefill", graph=False) == pytest.approx(0.029, abs=1e-9)
@@ -327,7 +327,7 @@ def test_spec_server_end_to_end(servers, mode, verify_ms):
     # /server_info: topk-1 rewrite (5 -> num_steps + 1), the cap, identity
     assert info["speculative_num_draft_tokens"] == 3 and info["max_running_requests"] == 48
     assert info["speculative_attention_mode"] == mode and info["engine"] == "emulator"
-    assert info["emulator_profile"]["name"] == "kimi_k25_tp8_pcie" and info["emulator_profile"]["version"] == 1
+    assert info["emulator_profile"]["name"] == "kimi_k25_tp8_pcie" and info["emulator_profile"]["version"] == 2
     st = info["internal_states"][0]
     assert st["avg_spec_accept_length"] >= 1.0 and st["avg_spec_accept_length"] <= 3.0  # 1 + up to 2 drafts
     assert st["step_time_dict"]

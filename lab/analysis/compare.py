@@ -69,8 +69,8 @@ def runs_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
 
 
 def requests_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
-    """One row per measured ok request at a primary point: mode, concurrency, completion_tokens,
-    spec_verify_ct, accept_length."""
+    """One row per measured ok request at a primary point: mode, concurrency, point, rid,
+    prompt_index, completion_tokens, spec_verify_ct, accept_length."""
     import pandas as pd
 
     rows = []
@@ -85,7 +85,8 @@ def requests_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
                     continue  # failed, or off the primary context/output length
                 meta = r.get("meta_info") or {}
                 ct, vct = r.get("completion_tokens"), meta.get("spec_verify_ct")
-                rows.append({"mode": mode, "concurrency": r.get("concurrency"), "completion_tokens": ct,
+                rows.append({"mode": mode, "concurrency": r.get("concurrency"), "point": f"c{r.get('concurrency')}",
+                             "rid": r.get("rid"), "prompt_index": r.get("prompt_index"), "completion_tokens": ct,
                              "spec_verify_ct": vct,
                              "accept_length": (ct / vct) if ct and vct else None})
     return pd.DataFrame(rows)

@@ -31,7 +31,7 @@ import json
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -82,11 +82,13 @@ def load_request_speeds(path: str | Path) -> list[dict[str, Any]]:
 
 
 def paired_speedup(base: Iterable[Mapping[str, Any]], other: Iterable[Mapping[str, Any]], point: str,
-                   confidence: float = 0.95) -> dict[str, Any]:
+                   confidence: float = 0.95, prompts: Collection[Any] | None = None) -> dict[str, Any]:
     """The paired per-prompt speedup ``other / base`` at one point.
 
     :param base, other: rows of :func:`load_request_speeds` (any points; ``point`` selects).
     :param point: e.g. ``"c1"``.
+    :param prompts: only these ``prompt_index`` values (e.g. one task category's prompts,
+        :mod:`lab.analysis.taskmix`); None: every prompt.
     :returns: ``{"ratio", "ci95_lo", "ci95_hi", "verdict", "n_prompts", "n_pairs", "unmatched",
         "method"}``; ``ratio`` is None when no request pair matched, the bounds None with fewer
         than 2 prompts. ``unmatched`` counts requests of either mode without a partner (failed,
@@ -94,7 +96,8 @@ def paired_speedup(base: Iterable[Mapping[str, Any]], other: Iterable[Mapping[st
         covers only the matched part).
     """
     def index(rows):
-        return {(r["repeat"], r["slot"]): r for r in rows if r["point"] == point and r["slot"] is not None}
+        return {(r["repeat"], r["slot"]): r for r in rows if r["point"] == point and r["slot"] is not None
+                and (prompts is None or r["prompt_index"] in prompts)}
 
     b, o = index(base), index(other)
     per_prompt: dict[Any, list[float]] = defaultdict(list)

@@ -279,7 +279,12 @@ def check(params, result: Mapping[str, Any], *, run_id: str | None, log=print) -
 
     b = params.bench
     data = Path(b.dataset)
-    workload = {**b.model_dump(), "dataset_sha256": file_sha256(data if data.is_absolute() else repo_root() / data)}
+    from lab.config import is_hf_id
+
+    # A Hugging Face set has no file here: the hash of the prompts it loaded (result["dataset"]).
+    sha = ((result.get("dataset") or {}).get("prompts_sha256") if is_hf_id(b.dataset)
+           else file_sha256(data if data.is_absolute() else repo_root() / data))
+    workload = {**b.model_dump(), "dataset_sha256": sha}
     h, material = config_fingerprint(result, workload, setup=launch_setup(params, result.get("mode")))
     out: dict[str, Any] = {"config_hash": h, "material": material, "alpha": b.sentinel_alpha,
                            "min_effect": b.sentinel_min_effect, "history_run_ids": [], "comparison": {},

@@ -46,7 +46,7 @@ def _env_float(name: str) -> float | None:
 
 
 async def _serve(args, profile, profile_path, truth: TruthWriter, metrics: EmulatorMetrics, log,
-                 faults: Faults) -> None:
+                 faults: Faults, categories=None) -> None:
     loop = asyncio.get_running_loop()
 
     def deliver(events):
@@ -59,7 +59,7 @@ async def _serve(args, profile, profile_path, truth: TruthWriter, metrics: Emula
     engine = Engine(args, profile, deliver=deliver, metrics=metrics, truth=truth, log=log,
                     simulate_acc_len=sim, record_step_time=_env_bool("SGLANG_RECORD_STEP_TIME"))
     state = AppState(args=args, profile=profile, profile_path=profile_path, engine=engine, metrics=metrics,
-                     startup_time=time.time(), faults=faults,
+                     startup_time=time.time(), faults=faults, categories=categories,
                      fixed_sim_tokens=bool(sim and sim > 0 and args.is_speculative
                                            and os.environ.get("SGLANG_SIMULATE_ACC_TOKEN_MODE", "fixed") != "real-draft-token"))
     runner = web.AppRunner(build_app(state), handle_signals=False, access_log=None)
@@ -118,6 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     except ProfileError as exc:
         log.error(str(exc))
         return 2
+    categories = None
+    if args.emulator_prompt_categories:  # prompt text -> category, for acceptance.per_category
+        from lab.emulator.categories import CategoryMap
+        from lab.workload.dataset import DatasetError
+
+        try:
+            categories = CategoryMap.from_file(args.emulator_prompt_categories)
+        except DatasetError as exc:
+            log.error(f"--emulator-prompt-categories: {exc}")
+            return 2
+        listed = {c: profile.p_accept_for(c) for c in categories.categories}
+        log.info(f"emulator: per-category accept probability (modelled, profile acceptance.per_category): {listed}")
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     log.info(f"engine=emulator profile={profile.name} v{profile.version} ({profile_path}); no GPU is used; "
              f"timing models SGLang build {profile.models_build.label!r} (reported version "
@@ -132,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                 verify_graph=not args.is_speculative or profile.verify_graph_captured(args.speculative_attention_mode))
     faults.on_loaded(log)
     try:
-        asyncio.run(_serve(args, profile, profile_path, truth, metrics, log, faults))
+        asyncio.run(_serve(args, profile, profile_path, truth, metrics, log, faults, categories))
     finally:
         truth.close()
     return 0

@@ -86,6 +86,7 @@ class ServerArgs:
     emulator_startup_delay_s: float
     emulator_faults: list[str] = dataclasses.field(default_factory=list)
     emulator_output: str = "random"
+    emulator_prompt_categories: str | None = None  # JSONL prompt file: prompt text -> category (categories.py)
     incremental_streaming_output: bool = False
 
     @property
@@ -145,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
       help="inject a fault (repeatable): see lab/emulator/faults.py")
     a("--incremental-streaming-output", action="store_true",
       help="SGLang flag: stream each chunk's new text only (default: cumulative text)")
+    a("--emulator-prompt-categories", default=None,
+      help="JSONL prompt file (data/prompts.jsonl format): each request's category, for the profile's "
+           "acceptance.per_category (lab/emulator/categories.py)")
     a("--emulator-output", default="random", choices=["random", "loop"],
       help="generated text: random words (default) or a looping phrase (tests the degenerate-output check)")
     return p
@@ -230,6 +234,7 @@ def parse_args(argv: list[str]) -> tuple[ServerArgs, list[str]]:
         emulator_startup_delay_s=max(0.0, ns.emulator_startup_delay_s),
         emulator_faults=list(ns.emulator_faults),
         emulator_output=ns.emulator_output,
+        emulator_prompt_categories=ns.emulator_prompt_categories,
         incremental_streaming_output=ns.incremental_streaming_output,
     )
     return args, unknown

@@ -76,9 +76,14 @@ class Engine:
         self.metrics, self.truth, self.log = metrics, truth, log
         self.rng = random.Random(args.random_seed)
         self.accept = None
+        self._accept_by_category: dict[str, AcceptanceModel] = {}  # profile acceptance.per_category
         if args.is_speculative:
-            self.accept = AcceptanceModel(profile.p_accept, args.speculative_num_steps or 1, args.speculative_eagle_topk or 1,
-                                          args.speculative_num_draft_tokens or 2, simulate_acc_len, self.rng)
+            def model(p: float) -> AcceptanceModel:
+                return AcceptanceModel(p, args.speculative_num_steps or 1, args.speculative_eagle_topk or 1,
+                                       args.speculative_num_draft_tokens or 2, simulate_acc_len, self.rng)
+
+            self.accept = model(profile.p_accept)
+            self._accept_by_category = {c: model(n.value) for c, n in profile.acceptance.per_category.items()}
         self.record_step_time = record_step_time
         self.graph_bs = sorted(args.decode_graph_bs)  # a batch up to the largest replays a (padded) graph
         # SGLang env: draft-extend runs eagerly (booked as "extend") even when graphs are on.
@@ -144,7 +149,8 @@ class Engine:
         if self.accept.simulate is not None:
             n = self.accept.draw()
             return {r: n for r in batch}
-        return {r: self.accept.draw_keyed(r.accept_key, r.completion_tokens) for r in batch}
+        return {r: self._accept_by_category.get(r.category, self.accept).draw_keyed(r.accept_key, r.completion_tokens)
+                for r in batch}
 
     # ----------------------------------------------------------------- loop
     def _run(self) -> None:
@@ -199,13 +205,15 @@ class Engine:
 
     def _truth_request(self, r, finish_reason: str) -> None:
         """One request's line in the ground-truth file: arrival, first/last token times (s,
-        the engine clock), prompt/completion tokens, verify count, ``finish_reason``
-        (``length`` or ``abort``), ``diverged_from`` (the token position from which the
-        ``diverge-at`` fault altered its output, or None); flushed so a reader sees it at once."""
+        the engine clock), prompt/completion tokens, verify count, the prompt's task ``category``
+        (:mod:`lab.emulator.categories`; None when unmapped), ``finish_reason`` (``length`` or
+        ``abort``), ``diverged_from`` (the token position from which the ``diverge-at`` fault
+        altered its output, or None); flushed so a reader sees it at once."""
         self.truth.write({"kind": "request", "rid": r.rid, "arrival": r.arrival, "first_token": r.first_token,
                           "last_token": r.last_token, "prompt_tokens": r.prompt_tokens,
                           "completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct,
-                          "finish_reason": finish_reason, "diverged_from": r.diverge_at}, flush=True)
+                          "category": r.category, "finish_reason": finish_reason, "diverged_from": r.diverge_at},
+                         flush=True)
 
     def _drop_aborted(self) -> None:
         gone = [r for r in (*self.waiting, *self.running) if r.aborted]

@@ -61,6 +61,7 @@ class AppState:
     metrics: EmulatorMetrics
     startup_time: float
     faults: Faults = dataclasses.field(default_factory=Faults)
+    categories: Any = None  # lab.emulator.categories.CategoryMap: prompt text -> category (per-category acceptance)
     fixed_sim_tokens: bool = False  # SGLANG_SIMULATE_ACC_LEN on, token mode "fixed" (SGLang's default)
 
 
@@ -166,7 +167,8 @@ def _submit(st: AppState, rid: str | None, prompt_tokens: int, max_new_tokens: i
                   stream=stream, sink=asyncio.Queue(), loop=st.args.emulator_output == "loop",
                   accept_key=accept_key(st.args.random_seed, prompt, rid), fixed_token=st.fixed_sim_tokens,
                   token_key=token_key(prompt, sampling, rid),
-                  diverge_at=st.faults.diverges_at(prompt_digest(prompt), st.args.is_speculative))
+                  diverge_at=st.faults.diverges_at(prompt_digest(prompt), st.args.is_speculative),
+                  category=st.categories.lookup(prompt) if st.categories is not None else None)
     st.engine.submit(req)
     return req
 

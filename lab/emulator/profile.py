@@ -106,9 +106,16 @@ class DraftCost(_Strict):
 
 class AcceptanceModel(_Strict):
     """Acceptance: probability (0..1) that each successive draft token is accepted (a chain
-    stops at the first rejection; :mod:`lab.emulator.acceptance`)."""
+    stops at the first rejection; :mod:`lab.emulator.acceptance`).
+
+    ``per_category`` (optional): the same probability for the prompts of one task category
+    (``{"coding": {"value": 0.68, "source": ...}}``), a modelled stand-in for content-dependent
+    acceptance; the emulator knows a request's category from the prompt file it is given
+    (:mod:`lab.emulator.categories`). Categories not listed, and requests it cannot map, use
+    ``p_accept_per_draft_token``."""
 
     p_accept_per_draft_token: Num
+    per_category: dict[str, Num] = Field(default_factory=dict)
 
 
 class KernelCounts(_Strict):
@@ -220,6 +227,12 @@ class CostProfile(_Strict):
         """Per-draft-token accept probability of a chain (topk 1) draft."""
         return self.acceptance.p_accept_per_draft_token.value
 
+    def p_accept_for(self, category: str | None) -> float:
+        """:attr:`p_accept` of a prompt category (``acceptance.per_category``), or the global
+        value for None or a category the profile does not list."""
+        num = self.acceptance.per_category.get(category) if category is not None else None
+        return num.value if num is not None else self.p_accept
+
 
 def accept_prob_for_mean(mean_accept_length: float, num_steps: int) -> float:
     """p such that ``1 + p + ... + p**num_steps == mean_accept_length`` (bisection).
@@ -276,4 +289,7 @@ def load_profile(name_or_path: str | Path) -> tuple[CostProfile, Path]:
             raise ProfileError(f"{path}: {label}: must be a finite non-negative number (got {v})")
     if prof.p_accept > 1:
         raise ProfileError(f"{path}: acceptance.p_accept_per_draft_token: must be <= 1 (got {prof.p_accept})")
+    for cat, num in prof.acceptance.per_category.items():
+        if not (math.isfinite(num.value) and 0.0 <= num.value <= 1.0):
+            raise ProfileError(f"{path}: acceptance.per_category.{cat}: must be a probability in [0, 1] (got {num.value})")
     return prof, path

@@ -88,6 +88,7 @@ class Request:
     loop: bool = False  # generate LOOP_PHRASE repeatedly instead of random words
     accept_key: str = ""  # key of this request's acceptance draws (lab.emulator.http.accept_key)
     fixed_token: bool = False  # SGLang's simulated-acceptance default: every output token is id 100
+    category: str | None = None  # task category of the prompt (lab.emulator.categories), for per-category acceptance
     internal: bool = False  # a /health probe: not in metrics nor ground truth (SGLang log_metrics=False)
     token_key: str = ""  # key of the generated tokens (lab.emulator.http.token_key); "" = the rid
     diverge_at: int | None = None  # fault diverge-at: tokens from this position on are altered

@@ -5,8 +5,9 @@ Written by :class:`TruthWriter` from the engine thread; read by tests and analys
 seconds (CLOCK_MONOTONIC: comparable across processes of one machine).
 
 Line kinds: ``header`` (first), ``prefill`` / ``decode`` / ``spec`` (one per iteration),
-``request`` (one per finished request; ``diverged_from``: the token position from which the
-``diverge-at`` fault altered its output, or null) and ``sent`` (one per streamed request, written by
+``request`` (one per finished request, with its task ``category`` when the emulator was given
+a prompt file; ``diverged_from``: the token position from which the ``diverge-at`` fault
+altered its output, or null) and ``sent`` (one per streamed request, written by
 the HTTP layer: when its first and last content chunks were written to the socket).
 """
 
@@ -112,6 +113,15 @@ class Truth:
         rs = [self.requests[r] for r in rids] if rids is not None else list(self.requests.values())
         ct = sum(r["spec_verify_ct"] for r in rs)
         return sum(r["completion_tokens"] for r in rs) / ct if ct else None
+
+    def accept_length_by_category(self, rids: Iterable[str] | None = None) -> dict[str | None, float | None]:
+        """:meth:`accept_length` per task category (the ``category`` the emulator gave each
+        request from its prompt file, :mod:`lab.emulator.categories`; None: unmapped), over
+        ``rids`` (default all). :raises KeyError: unknown rid."""
+        groups: dict[str | None, list[str]] = {}
+        for rid in (rids if rids is not None else self.requests):
+            groups.setdefault(self.requests[rid].get("category"), []).append(rid)
+        return {cat: self.accept_length(ids) for cat, ids in groups.items()}
 
     def iterations_in(self, t0: float | None = None, t1: float | None = None, kind: str | None = None) -> list[dict[str, Any]]:
         """Iterations with ``start >= t0`` and ``end <= t1`` (perf_counter s), optionally of one kind."""

@@ -2,9 +2,9 @@
 
 Both engines take the same SGLang 0.5.23 flags (``docs/contracts.md``): the real server is
 ``python -m sglang.launch_server <flags>``, the emulator ``python -m lab.emulator <flags>``
-plus three emulator-only flags. Each mode's speculative flags come from one table,
-:data:`MODE_FLAGS`, so a mode's launch is readable in one place. Starting, watching and
-stopping the command is :mod:`lab.engine.process`.
+plus its own flags (``--emulator-*``, ``--ground-truth-file``). Each mode's speculative flags
+come from one table, :data:`MODE_FLAGS`, so a mode's launch is readable in one place.
+Starting, watching and stopping the command is :mod:`lab.engine.process`.
 """
 
 from __future__ import annotations
@@ -111,11 +111,14 @@ def build_server_command(
     *,
     ground_truth_file: str | os.PathLike[str] | None = None,
     python: str = sys.executable,
+    prompt_file: str | os.PathLike[str] | None = None,
 ) -> ServerCommand:
     """The engine launch for ``mode_name`` under ``params.engine``.
 
     :param ground_truth_file: emulator only: where it writes what it actually did.
     :param python: the interpreter that runs the server.
+    :param prompt_file: emulator only: the JSONL prompt file whose categories set per-category
+        acceptance (``--emulator-prompt-categories``, :mod:`lab.emulator.categories`).
     :returns: a :class:`ServerCommand` (argv list + added environment).
     :raises ParamsError: unknown mode.
     """
@@ -143,5 +146,7 @@ def build_server_command(
             argv += ["--emulator-fault", fault]
         if ground_truth_file is not None:
             argv += ["--ground-truth-file", str(ground_truth_file)]
+        if prompt_file is not None:
+            argv += ["--emulator-prompt-categories", str(prompt_file)]
     return ServerCommand(argv=argv, env=env, engine=params.engine,
                          host=params.server.host, port=params.server.port, flags=flags)

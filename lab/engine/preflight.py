@@ -339,7 +339,8 @@ def weights_check(label: str, path: str) -> Check:
 
 
 def _cheap_checks(params: LabParams, results_dir: Path) -> list[Check]:
-    from lab.workload.dataset import DatasetError, load_prompts
+    from lab.workload.dataset import DatasetError
+    from lab.workload.sources import load_bench_prompts
     from lab.engine.process import ServerError, check_port_free
 
     checks = []
@@ -357,7 +358,7 @@ def _cheap_checks(params: LabParams, results_dir: Path) -> list[Check]:
                         f"{free_gb:.1f} GiB free at {probe} (need {MIN_FREE_DISK_GB:g})",
                         "free disk space where results/ lives"))
     try:
-        n = len(load_prompts(repo_root() / params.bench.dataset))
+        n = len(load_bench_prompts(params.bench, repo_root())[0])  # a file, or a Hugging Face id
         checks.append(Check("dataset", OK, f"{params.bench.dataset}: {n} prompts"))
     except DatasetError as exc:
         checks.append(Check("dataset", FAIL, str(exc).split(". Fix:")[0], "see bench.dataset in params.yaml"))

@@ -24,7 +24,9 @@ class ModeResult:
     """Everything one mode's benchmark produced; ``None`` fields were not reached.
 
     ``result.json`` keys, in order: ``status`` (``"failed"`` until all succeeded, then
-    ``"ok"``), ``mode``, ``engine``, ``mlflow_run_id``, ``server_command``, ``preflight``,
+    ``"ok"``), ``mode``, ``engine``, ``mlflow_run_id``, ``server_command``, ``dataset`` (where
+    the prompts came from, their SHA-256 and per-index categories:
+    :func:`lab.workload.sources.load_bench_prompts`), ``preflight``,
     ``environment_tags``, ``startup`` (phases, ``startup_s``), ``startup_s`` (s),
     ``engine_version``, ``effective_config``, ``warmup``, ``profile``, ``levels`` (point key ->
     :func:`lab.analysis.aggregate.aggregate_point`), ``ground_truth`` (emulator only),
@@ -42,6 +44,7 @@ class ModeResult:
     engine: str
     mlflow_run_id: str | None = None
     server_command: str | None = None
+    dataset: dict[str, Any] | None = None
     preflight: dict[str, Any] | None = None
     environment_tags: dict[str, str] | None = None
     startup: dict[str, Any] | None = None

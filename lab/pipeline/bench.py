@@ -41,7 +41,7 @@ from lab.tracking.grouping import mode_run_name, pipeline_parent
 from lab.tracking.params_log import mode_run_params
 from lab.tracking.record import log_engine, record
 from lab.tracking.runs import open_run, run_tags
-from lab.workload.dataset import load_prompts
+from lab.workload.sources import dataset_params, emulator_prompt_file, load_bench_prompts
 
 __all__ = ["run_mode"]
 
@@ -62,14 +62,17 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     out = Path(results_dir) if Path(results_dir).is_absolute() else root / results_dir
     params.mode(mode_name)  # unknown mode: fail before anything else
     check_writable(out)
-    prompts = load_prompts(root / params.bench.dataset)
+    prompts, dataset_info = load_bench_prompts(params.bench, root)  # file or HF id (lab/workload/sources.py)
     run = open_run(params, run_name=mode_run_name(params, mode_name), tags=run_tags(params, mode=mode_name),
                    parent_run_id=pipeline_parent(params))
     truth_path = out / "ground_truth.jsonl" if params.engine == "emulator" else None
-    cmd = build_server_command(params, mode_name, ground_truth_file=truth_path)
-    res = ModeResult(mode=mode_name, engine=params.engine, mlflow_run_id=run.run_id, server_command=cmd.display())
+    cmd = build_server_command(params, mode_name, ground_truth_file=truth_path,
+                               prompt_file=emulator_prompt_file(params, prompts, root, out))
+    res = ModeResult(mode=mode_name, engine=params.engine, mlflow_run_id=run.run_id, server_command=cmd.display(),
+                     dataset=dataset_info)
     try:
-        run.log_params(mode_run_params(params, mode_name))  # every params.yaml leaf of this mode
+        # every params.yaml leaf of this mode, and which content the dataset had (HF fingerprint)
+        run.log_params({**mode_run_params(params, mode_name), **dataset_params(dataset_info)})
         prepare(params, cmd, out, res, log)
         with engine(params, cmd, out, res, log) as srv:
             log_engine(run, res)

@@ -7,8 +7,9 @@ Inputs are ``results/<mode>/result.json``, ``runs.json`` and ``requests.jsonl`` 
 level, mean and 95 % t-interval of the headline metrics, speedup over the baseline with a
 Welch log-ratio interval and a verdict, the paired per-prompt speedup of
 :mod:`lab.analysis.paired`, and the lossless check of :mod:`lab.analysis.lossless`), ``summary.json`` (its flat numbers, the DVC metrics file),
-``summary.csv`` (one row per mode x level, for ``dvc plots``), ``pareto.csv`` (every point's
-tokens/s per user and total output tok/s, :mod:`lab.analysis.load`, also a DVC plot), ``summary.md``,
+``summary.csv`` (one row per mode x level, for ``dvc plots``), ``categories.csv`` (accept
+length and speedup per prompt category, :mod:`lab.analysis.taskmix`), ``pareto.csv`` (every
+point's tokens/s per user and total output tok/s, :mod:`lab.analysis.load`, also a DVC plot), ``summary.md``,
 ``report.html``, the figures, and one MLflow run holding them.
 """
 
@@ -61,6 +62,12 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     summary["figures"] = figures.draw_all(primary_runs(runs), requests_frame(res_dir, modes), primary_summary(summary),
                                           rep_dir / "figures")
     summary["figures"].update(report.explain_figures(params, runs, summary, rep_dir / "figures"))
+    from lab.analysis.taskmix import add_taskmix, taskmix_metrics  # per prompt category
+    from lab.report.taskmix import draw_taskmix, write_categories_csv
+
+    write_categories_csv(add_taskmix(summary, results, res_dir, requests_frame(res_dir, modes)),
+                         rep_dir / "categories.csv")  # dvc plots
+    summary["figures"].update(draw_taskmix(summary, rep_dir / "figures"))
     summary["profile"] = profile_section(results, rep_dir / "figures", baseline=baseline, caption=summary["caption"])
     if summary["profile"] and summary["profile"]["figure"]:
         summary["figures"]["verify_time_breakdown"] = summary["profile"]["figure"]
@@ -79,7 +86,8 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     if track:
         from lab.tracking.compare_log import log_comparison
 
-        run_id = log_comparison(params, modes, results, lean_numbers(summary), summary["figures"], rep_dir)
+        run_id = log_comparison(params, modes, results, lean_numbers(summary), summary["figures"], rep_dir,
+                                run_metrics=taskmix_metrics(summary.get("taskmix")))
         if run_id:
             summary["mlflow_run_id"] = run_id
     write_comparison_json(rep_dir, summary, lean_numbers(summary))

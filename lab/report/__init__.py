@@ -1,1 +1,1 @@
-"""Showing results: figures (figures, sweep_figures), the summary tables and files (tables), the HTML report (html) and the one-paragraph answer (answer). Reads what analysis computed; computes nothing new."""
+"""Showing results: figures (figures, sweep_figures), the summary tables and files (tables), the task-mix figure, lines and categories.csv (taskmix), the HTML report (html) and the one-paragraph answer (answer). Reads what analysis computed; computes nothing new."""

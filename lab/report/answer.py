@@ -14,6 +14,8 @@ the compare stage, :mod:`lab.pipeline.compare_stage`), the top of ``reports/repo
   stated after the per-concurrency lines (None or absent: no rate points);
 - ``lossless`` (optional): :func:`lab.analysis.lossless.check_lossless`'s dict; each mode's
   ``line`` is stated under the mode;
+- ``taskmix`` (optional): per-category rows of :func:`lab.analysis.taskmix.add_taskmix`,
+  rendered by :mod:`lab.report.taskmix` as the "Per task category" lines;
 - ``warnings``: ``{mode: [text, ...]}`` (measurement hygiene, lossless check); ``notice``: a sentence
   when two modes resolved to the same configuration; ``caption``: which engine produced
   the numbers.
@@ -133,6 +135,10 @@ def answer_text(comparison: dict[str, Any], report_path: str | Path | None = Non
         lines += [f"    {_point_text(*p)}" for p in points]
         if mode in a.lossless:
             lines.append(f"    {a.lossless[mode]}")
+    from lab.report.taskmix import taskmix_lines  # per task category, when the prompts have several
+
+    tm = taskmix_lines(comparison)
+    lines += [f"  {tm[0]}"] + [f"    {ln}" for ln in tm[1:]] if tm else []
     if a.load:
         lines.append(f"  {LOAD_HEADING}")
         lines += [f"    {t}" for t in a.load]
@@ -156,6 +162,10 @@ def answer_markdown(comparison: dict[str, Any], report_path: str | Path | None =
         lines += [f"  - {_point_text(*p)}" for p in points]
         if mode in a.lossless:
             lines.append(f"  - {a.lossless[mode]}")
+    from lab.report.taskmix import taskmix_markdown
+
+    if tm := taskmix_markdown(comparison):
+        lines += ["", tm]
     if a.load:
         lines += ["", f"**{LOAD_HEADING}**", ""] + [f"- {t}" for t in a.load]
     if a.caption:
@@ -179,6 +189,9 @@ def answer_html(comparison: dict[str, Any], report_path: str | Path | None = Non
         out.append(f"<li><b>{e(mode)}</b><ul>" + "".join(f"<li>{e(_point_text(*p))}</li>" for p in points)
                    + extra + "</ul></li>")
     out.append("</ul>")
+    from lab.report.taskmix import taskmix_html
+
+    out.append(taskmix_html(comparison))
     if a.load:
         out.append(f"<p><b>{e(LOAD_HEADING)}</b></p><ul>" + "".join(f"<li>{e(t)}</li>" for t in a.load) + "</ul>")
     if a.notice:

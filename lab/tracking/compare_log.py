@@ -14,14 +14,17 @@ __all__ = ["log_comparison"]
 
 
 def log_comparison(params: LabParams, modes: list[str], results: Mapping[str, Mapping[str, Any]],
-                   metrics: Mapping[str, float], figures: Mapping[str, str | Path], rep_dir: Path) -> str | None:
+                   metrics: Mapping[str, float], figures: Mapping[str, str | Path], rep_dir: Path, *,
+                   run_metrics: Mapping[str, float] | None = None) -> str | None:
     """Log the comparison as one MLflow run under the pipeline's parent and finish the parent.
 
     The run is named ``compare | <engine> | <N> modes``, tagged with the modes and the id of
     every mode run it compared (``mode_run.<mode>``); it holds ``metrics`` (the flat numbers
     of :func:`lab.analysis.compare.lean_numbers`), ``report.html``, the ``figures`` (under
     ``figures/``) and ``summary.csv`` from ``rep_dir``. The parent then gets the same metrics
-    and a ``modes`` tag, and is marked FINISHED.
+    and a ``modes`` tag, and is marked FINISHED. ``run_metrics`` go to the comparison run only
+    (the per-category numbers of :func:`lab.analysis.taskmix.taskmix_metrics`), with
+    ``categories.csv`` when ``rep_dir`` has it.
 
     :returns: the comparison run's id (kept when only finishing the parent failed), or None
         when MLflow failed before the run was opened; a failure prints where the files are
@@ -40,6 +43,10 @@ def log_comparison(params: LabParams, modes: list[str], results: Mapping[str, Ma
             for fig in figures.values():
                 run.log_artifact(fig, "figures")
             run.log_artifact(rep_dir / "summary.csv")
+            if run_metrics:
+                run.log_metrics(dict(run_metrics))
+            if (rep_dir / "categories.csv").is_file():
+                run.log_artifact(rep_dir / "categories.csv")
             run_id = run.run_id
         finish_parent(params, parent, dict(metrics), {"modes": ",".join(modes)})
     except TrackingError as exc:
