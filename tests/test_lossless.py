@@ -318,3 +318,10 @@ def test_emulator_modes_agree_and_the_check_catches_the_diverge_fault(tmp_path):
     metrics = MlflowClient(tracking_uri=clean.mlflow.tracking_uri).get_run(summary["mlflow_run_id"]).data.metrics
     assert metrics["eagle3_prefill.lossless.identical_share"] == pytest.approx(bad["identical_share"])
     assert "lossless_identical_share" in (tmp_path / "reports" / "summary.csv").read_text().splitlines()[0]
+    import csv
+
+    with open(tmp_path / "reports" / "lossless.csv", newline="") as f:  # dvc plots
+        plotted = {(r["mode"], r["point"]): r for r in csv.DictReader(f)}
+    assert float(plotted[("eagle3_decode", "c1")]["identical_share"]) == 1.0
+    assert float(plotted[("eagle3_prefill", "c1")]["identical_share"]) == bad["points"]["c1"]["identical_share"] < 1.0
+    assert not [k for k in plotted if k[0] == "baseline"]

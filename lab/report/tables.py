@@ -18,20 +18,42 @@ from lab.atomic import atomic_path, write_json_atomic, write_text_atomic
 if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fast
     import pandas as pd
 
-__all__ = ["write_csv", "write_summary_markdown", "write_comparison_json", "summary_markdown",
+__all__ = ["write_csv", "lossless_rows", "LOSSLESS_COLUMNS", "write_summary_markdown", "write_comparison_json", "summary_markdown",
            "read_summary_rows", "summary_table"]
 
 
-def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
-    """Write ``rows`` (one dict per mode x point) as CSV, atomically; the columns are the
-    union of the rows' keys in first-seen order, a missing cell is empty."""
-    cols: list[str] = []
+def write_csv(rows: list[dict[str, Any]], path: Path, columns: tuple[str, ...] = ()) -> None:
+    """Write ``rows`` (one dict per mode x point) as CSV, atomically; the columns are
+    ``columns`` then the rest of the rows' keys in first-seen order (so a file with no rows
+    still has its header for ``dvc plots``), a missing cell is empty."""
+    cols: list[str] = list(columns)
     for r in rows:
         cols += [k for k in r if k not in cols]
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
         w.writerows(rows)
+
+
+#: Columns of ``reports/lossless.csv``.
+LOSSLESS_COLUMNS = ("mode", "point", "mode_point", "pairs", "identical", "identical_share")
+
+
+def lossless_rows(lossless: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Rows of ``reports/lossless.csv`` (``dvc plots``): one per checked mode x point with
+    ``mode``, ``point``, ``mode_point`` (the bar label), ``pairs``, ``identical`` and
+    ``identical_share`` (0-1: outputs equal to the baseline's token for token), read from
+    :func:`lab.analysis.lossless.check_lossless`'s ``modes[mode]["points"]``. Modes not
+    checked (no ids, sampling, simulated acceptance) have no row; no check: no rows.
+    """
+    rows: list[dict[str, Any]] = []
+    for mode, res in ((lossless or {}).get("modes") or {}).items():
+        if res.get("status") != "checked":
+            continue
+        for point, p in (res.get("points") or {}).items():
+            rows.append({"mode": mode, "point": point, "mode_point": f"{mode} {point}", "pairs": p["pairs"],
+                         "identical": p["identical"], "identical_share": p["identical_share"]})
+    return rows
 
 
 def write_summary_markdown(path: Path, answer: str, rows: list[dict[str, Any]], baseline: str | None) -> None:
