@@ -151,16 +151,21 @@ def test_output_ids_rule_is_sglangs(sglang_nodeps):
     assert "'completion_tokens': recv_obj.completion_tokens[i]" in body
 
 
-def test_closed_loop_concurrency_and_dispatch():
-    texts = [(i, script([1, 1, 1], [0.03, 0.03, 0.03])) for i in range(6)]
-    recs = run(texts, concurrency=2)
-    assert all(r["ok"] for r in recs)
+def peak_in_flight(recs) -> int:
+    """The most requests in flight at once, from the records' send and end times."""
     events = sorted([(r["t_send"], 1) for r in recs] + [(r["t_end"], -1) for r in recs])
     inflight = peak = 0
     for _, d in events:
         inflight += d
         peak = max(peak, inflight)
-    assert peak == 2
+    return peak
+
+
+def test_closed_loop_concurrency_and_dispatch():
+    texts = [(i, script([1, 1, 1], [0.03, 0.03, 0.03])) for i in range(6)]
+    recs = run(texts, concurrency=2)
+    assert all(r["ok"] for r in recs)
+    assert peak_in_flight(recs) == 2
     ends = {r["t_end"] for r in recs}
     later = sorted(recs, key=lambda r: r["t_send"])[2:]
     assert all(r["t_dispatch"] in ends for r in later)  # due when a slot freed
@@ -315,12 +320,7 @@ def test_open_loop_cap_hands_slots_over():
     texts = [(i, script([1, 1, 1], [0.02, 0.02, 0.02])) for i in range(5)]
     recs = run(texts, concurrency=2, arrivals=[0.0] * 5)
     assert all(r["ok"] for r in recs)
-    events = sorted([(r["t_send"], 1) for r in recs] + [(r["t_end"], -1) for r in recs])
-    inflight = peak = 0
-    for _, d in events:
-        inflight += d
-        peak = max(peak, inflight)
-    assert peak == 2
+    assert peak_in_flight(recs) == 2
     ends = {r["t_end"] for r in recs}
     later = sorted(recs, key=lambda r: r["t_send"])[2:]
     # due when a slot freed (the freeing request's t_end), after the schedule: the cap's wait is

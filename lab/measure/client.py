@@ -290,11 +290,7 @@ async def run_requests(
                     return
                 rec = records[i]
                 rec["t_dispatch"] = t_due
-                try:
-                    await _one_request(session, url, _payload(texts[i][1], lengths[i], temperature, rec["rid"]), rec)
-                except _ConnectionRefused as exc:
-                    if not stop_reason:
-                        stop_reason.append(str(exc))
+                await _send(session, url, _payload(texts[i][1], lengths[i], temperature, rec["rid"]), rec, stop_reason)
                 t_due = rec["t_end"]
                 if on_record is not None:
                     on_record(rec)
@@ -315,6 +311,19 @@ async def run_requests(
                 if on_record is not None:
                     on_record(rec)
     return records
+
+
+async def _send(session: aiohttp.ClientSession, url: str, payload: dict[str, Any], rec: dict[str, Any],
+                stop_reason: list[str]) -> bool:
+    """:func:`_one_request`, with a refused connection recorded once in ``stop_reason`` (the
+    run stops sending). Returns True when this request was the first refused one."""
+    try:
+        await _one_request(session, url, payload, rec)
+    except _ConnectionRefused as exc:
+        if not stop_reason:
+            stop_reason.append(str(exc))
+            return True
+    return False
 
 
 def _payload(text: str, max_new_tokens: int, temperature: float, rid: str) -> dict[str, Any]:
@@ -362,10 +371,8 @@ async def _run_open_loop(*, url: str, texts: list[tuple[int, str]], lengths: lis
                 return
             rec["t_dispatch"] = t_free
             try:
-                await _one_request(session, url, _payload(texts[i][1], lengths[i], temperature, rec["rid"]), rec)
-            except _ConnectionRefused as exc:
-                if not stop_reason:
-                    stop_reason.append(str(exc))
+                if await _send(session, url, _payload(texts[i][1], lengths[i], temperature, rec["rid"]), rec,
+                               stop_reason):
                     for t in tasks:  # the server is gone: do not wait out the rest of the schedule
                         if t is not asyncio.current_task():
                             t.cancel()
