@@ -304,13 +304,20 @@ async def run_requests(
             bar.close()
 
     if stop_reason:
-        for rec in records:
-            if rec["t_send"] is None:
-                rec["error"] = f"{NOT_SENT_PREFIX}: server unreachable ({stop_reason[0]})"
-                rec["ok"] = False
-                if on_record is not None:
-                    on_record(rec)
+        _mark_unsent(records, stop_reason, on_record)
     return records
+
+
+def _mark_unsent(records: list[dict[str, Any]], stop_reason: list[str],
+                 on_record: Callable[[dict[str, Any]], None] | None) -> None:
+    """Every request never sent becomes a failed record (``error`` starting with
+    :data:`NOT_SENT_PREFIX`, naming why the run stopped), handed to ``on_record`` too."""
+    for rec in records:
+        if rec["t_send"] is None:
+            rec["error"] = f"{NOT_SENT_PREFIX}: server unreachable ({stop_reason[0] if stop_reason else 'stopped'})"
+            rec["ok"] = False
+            if on_record is not None:
+                on_record(rec)
 
 
 async def _send(session: aiohttp.ClientSession, url: str, payload: dict[str, Any], rec: dict[str, Any],
@@ -388,13 +395,9 @@ async def _run_open_loop(*, url: str, texts: list[tuple[int, str]], lengths: lis
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
             bar.close()
+    _mark_unsent(records, stop_reason, on_record)
     for rec in records:
-        if rec["t_send"] is None:
-            rec["error"] = f"{NOT_SENT_PREFIX}: server unreachable ({stop_reason[0] if stop_reason else 'stopped'})"
-            rec["ok"] = False
-            if on_record is not None:
-                on_record(rec)
-        elif rec["t_end"] is None:  # cancelled mid-stream after the server went away
+        if rec["t_send"] is not None and rec["t_end"] is None:  # cancelled mid-stream after the server went away
             rec["t_end"], rec["error"], rec["ok"] = time.perf_counter(), f"cancelled: {stop_reason[:1]}", False
             if on_record is not None:
                 on_record(rec)
