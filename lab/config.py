@@ -13,6 +13,7 @@ its speculative resolution hook): with ``--speculative-eagle-topk 1`` SGLang rew
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
@@ -493,13 +494,27 @@ class LabParams(_Strict):
         return next((n for n, m in self.modes.items() if not m.is_speculative), None)
 
 
+def _all_param_keys() -> set[str]:
+    """Every key any params section defines (the pydantic models of this module), for the
+    "did you mean" hint of an unknown key."""
+    keys: set[str] = set()
+    for obj in list(globals().values()):
+        if isinstance(obj, type) and issubclass(obj, BaseModel) and obj is not BaseModel:
+            keys.update(obj.model_fields)
+    return keys
+
+
 def _format_validation_error(err: ValidationError, source: str) -> str:
     lines = [f"{source} is invalid:"]
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key. Fix: remove it or check its spelling against README's params table"
+            close = difflib.get_close_matches(str(e["loc"][-1]), _all_param_keys(), n=1)
+            msg = (f"unknown key. Fix: did you mean {close[0]!r}?" if close else
+                   "unknown key. Fix: remove it or check its spelling against README's params table")
+        elif e["type"] == "list_type":
+            msg += f" (got {e.get('input')!r}). Fix: give a list, e.g. [{e.get('input')!r}]"
         elif e["type"] == "missing":
             msg = "required key missing. Fix: add it (see README's params table)"
         elif "Fix:" not in msg:

@@ -29,6 +29,8 @@ def test_repo_params_are_valid():
 
 @pytest.mark.parametrize("mutate, key, words", [
     (lambda r: r["server"].update(prot=1), "server.prot", "unknown key"),
+    (lambda r: r["bench"].update(num_promts=8), "bench.num_promts", "did you mean 'num_prompts'"),
+    (lambda r: r["bench"].update(concurrency=8), "bench.concurrency", "give a list, e.g. [8]"),
     (lambda r: r["bench"].update(num_prompts="many"), "bench.num_prompts", "integer"),
     (lambda r: r["bench"].update(concurrency=[1, 0]), "bench.concurrency", "not positive"),
     (lambda r: r["bench"].update(output_tokens_spread=1.0), "bench.output_tokens_spread", "less than 1"),

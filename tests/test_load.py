@@ -136,16 +136,16 @@ SLO = {"ttft_ms": 500.0, "tpot_ms": 20.0}
 @pytest.mark.parametrize("verdicts, expected", [
     ({2.0: "faster", 4.0: "faster", 12.0: "not distinguishable"},
      "eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): goodput speedup's "
-     "95 % interval above 1 at 2 req/s, 4 req/s; ties (interval includes 1) at 12 req/s."),
+     "95 % interval above 1 at 2 req/s, 4 req/s; not distinguishable (interval includes 1) at 12 req/s."),
     ({2.0: "not distinguishable", 4.0: "faster", 12.0: "slower"},
      "eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): goodput speedup's "
-     "95 % interval above 1 at 4 req/s; ties (interval includes 1) at 2 req/s; worse (interval below 1) at 12 req/s."),
+     "95 % interval above 1 at 4 req/s; not distinguishable (interval includes 1) at 2 req/s; worse (interval below 1) at 12 req/s."),
     ({4.0: "slower", 12.0: "not distinguishable"},
      "eagle3_decode does not beat baseline at any measured rate at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
-     "ties (interval includes 1) at 12 req/s; worse (interval below 1) at 4 req/s."),
+     "not distinguishable (interval includes 1) at 12 req/s; worse (interval below 1) at 4 req/s."),
     ({4.0: "not distinguishable", 12.0: "not distinguishable"},
-     "eagle3_decode ties with baseline at every measured rate at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
-     "ties (interval includes 1) at 4 req/s, 12 req/s."),
+     "eagle3_decode is not distinguishable from baseline at any measured rate at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
+     "not distinguishable (interval includes 1) at 4 req/s, 12 req/s."),
     ({4.0: "slower", 12.0: "faster"},
      "eagle3_decode beats baseline only above a rate where it is worse at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
      "goodput speedup's 95 % interval above 1 at 12 req/s; worse (interval below 1) at 4 req/s."),
@@ -160,13 +160,15 @@ def test_beats_sentence_states_each_ratio():
                 16.0: {"ratio": None, "ci95_lo": None, "ci95_hi": None, "verdict": "not distinguishable"}}
     assert beats_sentence("eagle3_decode", "baseline", speedups, SLO) == (
         "eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): goodput speedup's "
-        "95 % interval above 1 at 4 req/s (1.30x [1.10, 1.52]); ties (interval includes 1) at 12 req/s "
+        "95 % interval above 1 at 4 req/s (1.30x [1.10, 1.52]); not distinguishable (interval includes 1) at 12 req/s "
         "(1.05x [0.90, 1.22]), 16 req/s.")
 
 
 def test_beats_up_to_and_no_rates():
     assert beats_up_to({1.0: "faster", 2.0: "slower", 8.0: "faster"})["up_to_req_s"] == 1.0
     assert beats_up_to({})["up_to_req_s"] is None
+    same = {4.0: {"ratio": 1.0, "ci95_lo": 1.0, "ci95_hi": 1.0, "verdict": "not distinguishable"}}
+    assert "4 req/s (1.00x [1.00, 1.00], the same goodput in every repeat)" in beats_sentence("m", "b", same, SLO)
     assert "no request rate measured" in beats_sentence("m", "baseline", {}, {"ttft_ms": 1.0, "tpot_ms": None})
     assert "TTFT <= 1 ms)" in beats_sentence("m", "baseline", {1.0: "faster"}, {"ttft_ms": 1.0, "tpot_ms": None})
 
@@ -228,7 +230,7 @@ def test_add_load_goodput_sentence_and_pareto_rows():
     assert e["goodput_req_s"]["mean"] == pytest.approx(4.0) and e["speedup_goodput_req_s"]["paired"]
     # per repeat 1, 1, 4/3.5: the paired geometric mean, its interval includes 1 -> a tie
     assert e["speedup_goodput_req_s"]["ratio"] == pytest.approx((4 / 3.5) ** (1 / 3))
-    assert summary["load"]["sentences"]["eagle3_decode"].startswith("eagle3_decode ties with baseline")
+    assert summary["load"]["sentences"]["eagle3_decode"].startswith("eagle3_decode is not distinguishable from baseline")
     assert flat["eagle3_decode.r4.goodput_req_s"] == pytest.approx(4.0) and flat["eagle3_decode.beats_up_to_req_s"] == 0
     assert {(p["mode"], p["point"], p["kind"], p["on_frontier"]) for p in pareto} == {
         ("baseline", "c1", "concurrency", True), ("baseline", "r4", "rate", True),

@@ -101,6 +101,8 @@ def test_compare_outputs_and_verdicts(repo):
         assert (repo / "reports" / "figures" / f"{name}.png").stat().st_size > 10_000
     rates = yaml.safe_load((repo / "params.yaml").read_text())["bench"].get("request_rates") or []
     assert (repo / "reports" / "summary.csv").read_text().count("\n") == 3 * (2 + len(rates)) + 1  # c1, c4, r<R>
+    # the dvc plots against concurrency see the closed-loop points only
+    assert (repo / "reports" / "concurrency.csv").read_text().count("\n") == 3 * 2 + 1
     nb = json.loads((repo / "results" / "eagle3_decode" / "bench.ipynb").read_text())
     injected = [c for c in nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
     src = "".join(injected[0]["source"])

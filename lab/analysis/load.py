@@ -36,7 +36,7 @@ in :mod:`lab.analysis.paired`; the geometric mean of the per-repeat ratios gets 
 t-interval (:func:`lab.analysis.stats.log_ratio_ci`), which removes the schedule-to-schedule
 spread that both modes share (Welch's unpaired :func:`lab.analysis.stats.ratio_ci` when the
 repeats do not match), and :func:`lab.analysis.stats.verdict` reads it. A mode **beats** the baseline at a rate when that
-interval lies above 1 ("faster"), is **worse** when it lies below 1, and **ties** otherwise.
+interval lies above 1 ("faster"), is **worse** when it lies below 1, and is **not distinguishable** otherwise.
 "Beats up to N req/s": N is the highest measured rate where it beats the baseline with no
 worse rate at or below it (:func:`beats_up_to`).
 """
@@ -224,6 +224,8 @@ def _rates(rates: Sequence[float], speedups: Mapping[float, Any]) -> str:
         s = speedups[r]
         text = stats.format_speedup(s.get("ratio"), s.get("ci95_lo"), s.get("ci95_hi"), None) \
             if isinstance(s, Mapping) and s.get("ratio") is not None and math.isfinite(s["ratio"]) else None
+        if text and s.get("ci95_lo") == s.get("ci95_hi") == s.get("ratio") == 1.0:
+            text += ", the same goodput in every repeat"  # e.g. both met the SLO for every request
         return f"{r:g} req/s" + (f" ({text})" if text else "")
     return ", ".join(one(r) for r in rates)
 
@@ -235,8 +237,8 @@ def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, Any], slo:
         :func:`goodput_speedup` result (then each rate also shows its ratio and interval).
     :param slo: ``{"ttft_ms", "tpot_ms"}``.
     :returns: e.g. ``"eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms,
-        TPOT <= 20 ms): goodput speedup's 95 % interval above 1 at 4 req/s (1.30x [1.10, 1.52]); ties
-        (interval includes 1) at 12 req/s (1.05x [0.90, 1.22])."``
+        TPOT <= 20 ms): goodput speedup's 95 % interval above 1 at 4 req/s (1.30x [1.10, 1.52]); not
+        distinguishable (interval includes 1) at 12 req/s (1.05x [0.90, 1.22])."``
     """
     if not verdicts:
         return f"{mode}: no request rate measured (set bench.request_rates)."
@@ -247,7 +249,7 @@ def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, Any], slo:
     if b["beats"]:
         detail.append(f"goodput speedup's 95 % interval above 1 at {_rates(b['beats'], speedups)}")
     if b["ties"]:
-        detail.append(f"ties (interval includes 1) at {_rates(b['ties'], speedups)}")
+        detail.append(f"not distinguishable (interval includes 1) at {_rates(b['ties'], speedups)}")
     if b["worse"]:
         detail.append(f"worse (interval below 1) at {_rates(b['worse'], speedups)}")
     if b["up_to_req_s"] is not None:
@@ -257,7 +259,7 @@ def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, Any], slo:
     elif b["worse"]:
         head = f"{mode} does not beat {baseline} at any measured rate {at}"
     else:
-        head = f"{mode} ties with {baseline} at every measured rate {at}"
+        head = f"{mode} is not distinguishable from {baseline} at any measured rate {at}"
     return f"{head}: {'; '.join(detail)}."
 
 

@@ -7,7 +7,8 @@ Inputs are ``results/<mode>/result.json``, ``runs.json`` and ``requests.jsonl`` 
 level, mean and 95 % t-interval of the headline metrics, speedup over the baseline with a
 Welch log-ratio interval and a verdict, the paired per-prompt speedup of
 :mod:`lab.analysis.paired`, and the lossless check of :mod:`lab.analysis.lossless`), ``summary.json`` (its flat numbers, the DVC metrics file),
-``summary.csv`` (one row per mode x level, for ``dvc plots``), ``categories.csv`` (accept
+``summary.csv`` (one row per mode x point), ``concurrency.csv`` (its closed-loop
+rows, for the ``dvc plots`` against concurrency), ``categories.csv`` (accept
 length and speedup per prompt category, :mod:`lab.analysis.taskmix`), ``lossless.csv``
 (share of outputs identical to the baseline's per mode x point, :mod:`lab.analysis.lossless`), ``pareto.csv`` (every
 point's tokens/s per user and total output tok/s, :mod:`lab.analysis.load`, also a DVC plot), ``summary.md``,
@@ -45,7 +46,7 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     from lab.report import html as report
     from lab.report.answer import answer_markdown
     from lab.report.sweep_figures import primary_runs, primary_summary
-    from lab.report.tables import (LOSSLESS_COLUMNS, lossless_rows, write_comparison_json, write_csv,
+    from lab.report.tables import (LOSSLESS_COLUMNS, concurrency_rows, lossless_rows, write_comparison_json, write_csv,
                                    write_summary_markdown)
 
     root = repo_root()
@@ -82,6 +83,7 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
         summary["figures"].update(pareto_figures(pareto, rep_dir / "figures", caption=summary["caption"],
                                                  baseline=baseline))
     write_csv(summary["rows"], rep_dir / "summary.csv")
+    write_csv(concurrency_rows(summary["rows"]), rep_dir / "concurrency.csv")  # dvc plots vs concurrency
     write_csv(lossless_rows(summary.get("lossless")), rep_dir / "lossless.csv", LOSSLESS_COLUMNS)  # dvc plots
     # Opens with the answer (each warning once, naming its modes), then the full table.
     write_summary_markdown(rep_dir / "summary.md", answer_markdown(summary, "report.html"), summary["rows"], baseline)

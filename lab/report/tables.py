@@ -18,7 +18,7 @@ from lab.atomic import atomic_path, write_json_atomic, write_text_atomic
 if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fast
     import pandas as pd
 
-__all__ = ["write_csv", "lossless_rows", "LOSSLESS_COLUMNS", "write_summary_markdown", "write_comparison_json", "summary_markdown",
+__all__ = ["write_csv", "concurrency_rows", "lossless_rows", "LOSSLESS_COLUMNS", "write_summary_markdown", "write_comparison_json", "summary_markdown",
            "read_summary_rows", "summary_table"]
 
 
@@ -33,6 +33,14 @@ def write_csv(rows: list[dict[str, Any]], path: Path, columns: tuple[str, ...] =
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
         w.writerows(rows)
+
+
+def concurrency_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of ``reports/concurrency.csv`` (the ``dvc plots`` "vs concurrency" charts):
+    ``summary.csv``'s rows at closed-loop points of the primary context/output length only
+    (point key ``c<N>``), so open-loop rate points (``r<R>``, no concurrency of their own) and
+    the context/output axes do not land on the concurrency axis."""
+    return [r for r in rows if r.get("point") == f"c{r.get('concurrency')}"]
 
 
 #: Columns of ``reports/lossless.csv``.
