@@ -62,7 +62,7 @@ MODEL_CONFIG = {
 
 #: Emulator-only /server_info keys (not SGLang ServerArgs fields).
 EMULATOR_ONLY = {"emulator_profile", "ground_truth_file", "emulator_startup_delay_s", "emulator_faults",
-                 "emulator_output"}
+                 "emulator_output", "emulator_prompt_categories"}
 
 
 def _src(root: Path, *parts: str) -> Path:
