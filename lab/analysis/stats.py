@@ -69,7 +69,7 @@ def ratio_ci(
     ``df = se^4 / (v_other^2 / (n_other - 1) + v_base^2 / (n_base - 1))`` (Welch 1947,
     *Biometrika* 34:28-35). Unlike a percentile bootstrap over 3 repeats, which covers
     the true ratio ~79 % of the time, this interval covers at its nominal level at n = 3
-    on normal and log-normal data (``tests/test_stats.py`` simulates it).
+    on normal and log-normal data (``tests/unit/test_stats.py`` simulates it).
 
     :param base: reference sample, e.g. baseline ``output_tok_s`` per repeat (> 0).
     :param other: compared sample (> 0).

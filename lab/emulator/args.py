@@ -36,7 +36,7 @@ def decode_graph_batch_sizes(max_bs: int, speculative: bool) -> list[int]:
     """SGLang 0.5.23's decode CUDA-graph batch sizes for ``max_bs`` (no padding flag).
 
     Copied from ``arg_groups/cuda_graph_hook.py`` ~500-533
-    (``generate_decode_cuda_graph_batch_sizes``); ``tests/test_sglang_contract.py`` runs
+    (``generate_decode_cuda_graph_batch_sizes``); ``tests/component/test_sglang_contract.py`` runs
     SGLang's own function and compares. Speculative, max 48: 1..8, 10..32 step 2, 40, 44, 48.
     """
     if not speculative:

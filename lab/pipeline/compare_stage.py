@@ -3,7 +3,7 @@
 Imports only what the comparison runs (loading every mode's results, the report, the
 runner in :mod:`lab.pipeline.stage`, the sweep check); the notebook
 ``notebooks/compare.ipynb`` imports the rest. ``dvc.yaml`` lists exactly that code as the
-stage's deps, checked by ``tests/test_dvc_deps.py``.
+stage's deps, checked by ``tests/unit/test_dvc_deps.py``.
 """
 
 from __future__ import annotations

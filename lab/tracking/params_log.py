@@ -9,7 +9,7 @@ validated ones (``null``, ``true``/``false``, lists as text), flattened by
 ``mode.num_draft_tokens`` or ``bench.max_new_tokens`` show their numbers. A tracking URI's
 password (``postgresql://user:pw@host/db``) is replaced by ``***``.
 
-``tests/test_params_logged.py`` walks the default ``params.yaml`` and checks that every leaf
+``tests/unit/test_params_logged.py`` walks the default ``params.yaml`` and checks that every leaf
 appears in MLflow with its value.
 """
 
