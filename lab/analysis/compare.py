@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lab.analysis import stats
+from lab import catalog
+from lab.analysis.estimates import Estimate, Ratio
 from lab.config import LabParams, repo_root
 from lab.engine.effective import identical_modes, identical_notice
 
@@ -22,13 +23,7 @@ if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fas
     import pandas as pd
 
 __all__ = ["CompareError", "load_results", "runs_frame", "requests_frame", "summarize",
-           "engine_caption", "lean_numbers", "add_lossless", "SPEEDUP_METRICS", "SUMMARY_METRICS"]
-
-# Throughputs compared against the baseline (higher is better).
-SPEEDUP_METRICS = ("decode_tok_s", "output_tok_s")
-SUMMARY_METRICS = ("decode_tok_s", "output_tok_s", "accept_length", "cycle_ms", "verify_ms",
-                   "draft_ms", "decode_ms", "p50_ttft_ms", "p50_itl_ms", "p50_tpot_ms",
-                   "verify_graph_fraction", "error_rate")
+           "engine_caption", "lean_numbers", "add_lossless"]
 
 
 class CompareError(RuntimeError):
@@ -117,7 +112,8 @@ def _profile_description(profile: str) -> str:
 
 
 def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: str | None) -> dict[str, Any]:
-    """Per mode and level: mean and 95 % CI of :data:`SUMMARY_METRICS`, and speedups vs baseline.
+    """Per mode and level: mean and 95 % CI of every metric :mod:`lab.catalog` shows in
+    ``summary``, and the Welch speedup over the baseline of those it compares that way.
 
     :returns: ``{"baseline", "modes": {mode: {"c1": {...}}}, "identical_effective_config",
         "notice", "rows": [...]}``; ``rows`` is flat (one per mode x level) for the CSV.
@@ -140,20 +136,21 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
             if "errors" in sub:  # failed requests are counted, never dropped
                 entry["requests"] = row["requests"] = int(sub["requests"].sum())
                 entry["errors"] = row["errors"] = int(sub["errors"].sum())
-            for m in SUMMARY_METRICS:
-                if m in sub and sub[m].notna().any():
-                    mean, lo, hi = stats.metric_ci(m, sub[m].dropna().tolist())
-                    entry[m] = {"mean": mean, "ci95_lo": lo, "ci95_hi": hi}
-                    row.update({f"{m}_mean": mean, f"{m}_ci95_lo": lo, f"{m}_ci95_hi": hi})
+            shown = catalog.shown_in(catalog.SUMMARY)
+            for m in shown:
+                if m.name in sub and sub[m.name].notna().any():
+                    est = Estimate.of(m.name, sub[m.name].dropna().tolist())
+                    entry[m.name] = est.to_dict()
+                    row.update(est.columns(m.name))
             if baseline and mode != baseline:
                 base = runs[(runs["mode"] == baseline) & (runs["point"] == key)]
-                for m in SPEEDUP_METRICS:
-                    if m in sub and len(base):
-                        ratio, lo, hi = stats.ratio_ci(base[m].tolist(), sub[m].tolist())
-                        entry[f"speedup_{m}"] = {"ratio": ratio, "ci95_lo": lo, "ci95_hi": hi,
-                                                 "verdict": stats.verdict(ratio, lo, hi)}
-                        row.update({f"speedup_{m}": ratio, f"speedup_{m}_ci95_lo": lo,
-                                    f"speedup_{m}_ci95_hi": hi, f"verdict_{m}": stats.verdict(ratio, lo, hi)})
+                for m in shown:
+                    if "welch" in m.speedups and m.name in sub and len(base):
+                        r = Ratio.welch(base[m.name].tolist(), sub[m.name].tolist(),
+                                        higher_is_better=m.higher_is_better)
+                        k = catalog.speedup_key(m.name, "welch")
+                        entry[k] = r.to_dict()
+                        row.update(r.columns(k))
             summary["modes"][mode][key] = entry
             summary["rows"].append(row)
     # Same resolved arguments *and* the same measured CUDA-graph share of verify: the
@@ -169,22 +166,23 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
 
 def lean_numbers(summary: dict[str, Any]) -> dict[str, float]:
     """Flat numbers for DVC (``reports/summary.json``) and MLflow: ``<mode>.<point>.<metric>``
-    means of decode/output tok/s, accept length, verify ms and error rate, the per-repeat
-    decode speedup and the paired one with its interval (:mod:`lab.analysis.paired`), and
+    means of every metric :mod:`lab.catalog` shows in ``mlflow``, each of their speedups over
+    the baseline with its interval (``<mode>.<point>.speedup_<metric>``,
+    ``...paired_speedup_<metric>``, ``..._ci95_lo``, ``..._ci95_hi``: the finite ones),
+    ``<mode>.beats_up_to_req_s`` of the open-loop comparison (:mod:`lab.analysis.load`) and
     ``<mode>.lossless.*`` of the lossless check (:func:`lab.analysis.lossless.flat_metrics`)."""
     flat: dict[str, float] = {}
+    shown = catalog.shown_in(catalog.MLFLOW)
     for mode, levels in summary["modes"].items():
         for lvl, e in levels.items():
-            for m in ("decode_tok_s", "output_tok_s", "accept_length", "verify_ms", "error_rate"):
-                if m in e:
-                    flat[f"{mode}.{lvl}.{m}"] = e[m]["mean"]
-            if "speedup_decode_tok_s" in e:
-                flat[f"{mode}.{lvl}.speedup_decode_tok_s"] = e["speedup_decode_tok_s"]["ratio"]
-            if "paired_speedup_decode_tok_s" in e:  # lab.analysis.paired: per-prompt ratio and its interval
-                p = e["paired_speedup_decode_tok_s"]
-                flat.update({f"{mode}.{lvl}.paired_speedup_decode_tok_s{sfx}": p[k] for sfx, k in
-                             (("", "ratio"), ("_ci95_lo", "ci95_lo"), ("_ci95_hi", "ci95_hi")) if p.get(k) is not None})
-    flat.update(summary.get("load_flat") or {})  # lab.analysis.load: goodput per point, beats_up_to_req_s
+            for m in shown:
+                if (est := Estimate.from_dict(e.get(m.name))) is not None:
+                    flat[f"{mode}.{lvl}.{m.name}"] = est.mean
+                for kind in m.speedups:
+                    k = catalog.speedup_key(m.name, kind)
+                    if (r := Ratio.from_dict(e.get(k))) is not None:
+                        flat.update(r.flat(f"{mode}.{lvl}.{k}"))
+    flat.update(summary.get("load_flat") or {})  # lab.analysis.load: beats_up_to_req_s
     if summary.get("lossless"):  # lab.analysis.lossless: <mode>.lossless.identical_share, ...
         from lab.analysis.lossless import flat_metrics
 

@@ -50,6 +50,8 @@ from typing import Any
 import numpy as np
 
 from lab.analysis import stats
+from lab.analysis.estimates import Ratio
+from lab.catalog import speedup_key
 from lab.measure.records import request_metrics
 
 __all__ = ["LOAD_METRICS", "load_settings", "is_good", "run_load_metrics", "pareto_front", "goodput_speedup", "beats_up_to",
@@ -265,21 +267,21 @@ def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, Any], slo:
 
 def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[str, Any]],
              baseline: str | None) -> tuple[dict[str, float], list[dict[str, Any]] | None]:
-    """The comparison stage's load section: goodput with intervals and speedups per point, the
-    Pareto points and frontier, and one sentence per speculative mode.
+    """The comparison stage's load section: goodput speedups per point, the Pareto points and
+    frontier, and one sentence per speculative mode (the goodput means and intervals are the
+    comparison's, :func:`lab.analysis.compare.summarize`, as :mod:`lab.catalog` declares them).
 
-    Adds to every ``summary["modes"][mode][point]`` entry ``goodput_req_s``, ``goodput_tok_s``,
-    ``slo_attainment``, ``output_tok_s_per_user`` (``{"mean", "ci95_lo", "ci95_hi"}``) and, off
-    the baseline, ``speedup_goodput_req_s`` (:func:`goodput_speedup`); the same numbers to the
-    matching ``summary["rows"]``; and ``summary["load"] = {"slo", "burstiness", "rates",
+    Adds to every non-baseline ``summary["modes"][mode][point]`` entry
+    ``speedup_goodput_req_s`` (:func:`goodput_speedup`) and ``request_rate`` at rate points; the
+    same numbers to the matching ``summary["rows"]``; and ``summary["load"] = {"slo", "burstiness", "rates",
     "sentences": {mode: text}, "beats": {mode: beats_up_to(...)}}``. Writes nothing: the
     compare stage (:mod:`lab.pipeline.compare`) writes the Pareto rows to ``reports/pareto.csv``
     and draws them (:func:`lab.report.load_figures.pareto_figures`).
 
     :param runs: :func:`lab.analysis.compare.runs_frame` (one row per mode x point x repeat).
     :param results: ``mode -> result.json`` (each holds ``load.slo`` written by the bench stage).
-    :returns: ``(flat, pareto)``: flat MLflow/DVC metrics ``<mode>.<point>.goodput_req_s`` ...
-        and ``<mode>.beats_up_to_req_s`` (0 when it beats at no rate); the Pareto rows (one dict
+    :returns: ``(flat, pareto)``: the flat MLflow/DVC metrics ``<mode>.beats_up_to_req_s`` (0 when
+        it beats at no rate); the Pareto rows (one dict
         per mode x point: ``mode, point, kind`` (``concurrency``/``rate``),
         ``output_tok_s_per_user``, ``output_tok_s`` (tok/s, means over repeats), ``on_frontier``
         within its mode), None when the results predate open-loop load (``summary["load"]`` None).
@@ -297,12 +299,6 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
         for key, entry in points.items():
             sub = runs[(runs["mode"] == mode) & (runs["point"] == key)]
             row = rows_by.get((mode, key), {})
-            for m in ("goodput_req_s", "goodput_tok_s", "slo_attainment", "output_tok_s_per_user"):
-                if m in sub and sub[m].notna().any():
-                    mean, lo, hi = stats.metric_ci(m, sub[m].dropna().tolist())
-                    entry[m] = {"mean": mean, "ci95_lo": lo, "ci95_hi": hi}
-                    row.update({f"{m}_mean": mean, f"{m}_ci95_lo": lo, f"{m}_ci95_hi": hi})
-                    flat[f"{mode}.{key}.{m}"] = mean
             rate = sub["request_rate"].dropna().iloc[0] if "request_rate" in sub and sub["request_rate"].notna().any() else None
             if rate is not None:
                 entry["request_rate"] = row["request_rate"] = float(rate)
@@ -313,11 +309,9 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
                     same = base["repeat"].tolist() == mine["repeat"].tolist()  # same seeded arrivals per repeat
                     s = goodput_speedup(base["goodput_req_s"].tolist(), mine["goodput_req_s"].tolist(),
                                         paired=same)
-                    entry["speedup_goodput_req_s"] = s
-                    row.update({"speedup_goodput_req_s": s["ratio"], "speedup_goodput_req_s_ci95_lo": s["ci95_lo"],
-                                "speedup_goodput_req_s_ci95_hi": s["ci95_hi"], "verdict_goodput_req_s": s["verdict"]})
-                    if s["ratio"] is not None and math.isfinite(s["ratio"]):
-                        flat[f"{mode}.{key}.speedup_goodput_req_s"] = s["ratio"]
+                    k = speedup_key("goodput_req_s", "per_repeat")
+                    entry[k] = s
+                    row.update(Ratio.from_dict(s).columns(k))
                     if rate is not None:
                         verdicts.setdefault(mode, {})[float(rate)] = s
             x, y = entry.get("output_tok_s_per_user", {}).get("mean"), entry.get("output_tok_s", {}).get("mean")

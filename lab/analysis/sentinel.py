@@ -11,8 +11,9 @@ explicit and conditional:
    model, the engine and its version, the hardware (the GPU model from NVML; for the
    emulator, the cost profile's *name*), and the whole workload: dataset path **and content
    hash**, prompts per run, output length(s) and their spread, context length(s),
-   concurrency levels, repeats, warm-up settings, temperature and seed
-   (:data:`WORKLOAD_KEYS`). The hash is the MLflow tag ``config_hash``.
+   concurrency levels, the open-loop rates, burstiness, in-flight cap and SLO, repeats, warm-up
+   settings, temperature and seed: every ``bench`` key but :data:`NOT_WORKLOAD`, so a new key
+   is hashed unless it is listed there. The hash is the MLflow tag ``config_hash``.
 2. The statistic compared is **launch-level**: one value per launch and (point, metric), the
    launch's mean over its repeats (the headline metric ``<point>.<metric>`` that every mode
    run logs). Repeats inside one launch share the launch's conditions (server process,
@@ -45,20 +46,19 @@ from typing import Any
 from scipy import stats as _st
 
 from lab.analysis.stats import finite
+from lab.catalog import sentinel_metrics
 
-__all__ = ["SENTINEL_METRICS", "WORKLOAD_KEYS", "gpu_model", "config_fingerprint", "file_sha256",
+__all__ = ["NOT_WORKLOAD", "gpu_model", "config_fingerprint", "file_sha256",
            "launch_delta", "compare", "current_launch", "history_launches", "log_to_run", "check",
            "sentinel_table", "MIN_HISTORY", "decide", "launch_setup"]
 
-#: Headline metrics watched by the sentinel: name -> higher is better.
-SENTINEL_METRICS: dict[str, bool] = {
-    "decode_tok_s": True, "output_tok_s": True, "accept_length": True, "cycle_ms": False, "p50_ttft_ms": False,
-}
-#: ``bench`` params that change what a launch measures (everything but thresholds of checks
-#: and of the sentinel itself, timeouts and the path, which is hashed by content too).
-WORKLOAD_KEYS = ("dataset", "num_prompts", "max_new_tokens", "output_tokens", "output_tokens_spread",
-                 "context_tokens", "concurrency", "repeats", "warmup_requests", "warmup_cv_threshold",
-                 "warmup_window", "warmup_max_requests", "temperature", "seed")
+#: ``bench`` params that do not change what a launch measures: the thresholds of the hygiene
+#: checks and of the sentinel itself, the request timeout, and the profiler trace taken after
+#: the measured points. Every other ``bench`` key is part of the workload hash. (The metrics
+#: watched are those :mod:`lab.catalog` marks ``sentinel``, :func:`lab.catalog.sentinel_metrics`.)
+NOT_WORKLOAD = frozenset({"ngram_n", "ngram_repeat_threshold", "degenerate_max_fraction", "sentinel_history_runs",
+                          "sentinel_alpha", "sentinel_min_effect", "request_timeout_s", "profile",
+                          "profile_requests", "profile_max_new_tokens"})
 #: Earlier launches needed before a change can be flagged (a spread needs two values).
 MIN_HISTORY = 2
 
@@ -97,8 +97,8 @@ def config_fingerprint(result: Mapping[str, Any], workload: Mapping[str, Any], *
     """The configuration hash of a launch and what went into it.
 
     :param result: ``result.json`` content (``engine``, ``engine_version``, ``effective_config``).
-    :param workload: the ``bench`` params (:data:`WORKLOAD_KEYS` are used, others ignored),
-        plus ``dataset_sha256`` when known.
+    :param workload: the ``bench`` params (all but :data:`NOT_WORKLOAD` are hashed), plus
+        ``dataset_sha256`` when known.
     :param gpu: hardware name; None: :func:`gpu_model` for SGLang, ``"none (emulator)"`` for
         the emulator.
     :param setup: the rest of what shapes the launch (the mode's flags, model, server
@@ -113,7 +113,7 @@ def config_fingerprint(result: Mapping[str, Any], workload: Mapping[str, Any], *
         "engine_version": str(result.get("engine_version", "unknown")),
         "gpu_model": gpu,
         "effective_config": dict(sorted((result.get("effective_config") or {}).items())),
-        "workload": {k: workload.get(k) for k in (*WORKLOAD_KEYS, "dataset_sha256")},
+        "workload": {k: workload[k] for k in sorted(workload) if k not in NOT_WORKLOAD},
         "setup": dict(setup or {}),
     }
     blob = json.dumps(material, sort_keys=True, default=str).encode()
@@ -177,6 +177,7 @@ def compare(current: Mapping[str, Mapping[str, float]], history: Mapping[str, Ma
     :returns: ``{"c1": {"decode_tok_s": {...launch_delta..., "direction": "better"|"worse"|None}}}``.
     """
     out: dict[str, Any] = {}
+    watched = sentinel_metrics()
     for level, metrics in current.items():
         for m, val in metrics.items():
             hist = (history.get(level) or {}).get(m)
@@ -186,17 +187,17 @@ def compare(current: Mapping[str, Mapping[str, float]], history: Mapping[str, Ma
             d["direction"] = None
             if d["outside_noise"]:
                 up = d["delta"] > 0
-                d["direction"] = "better" if up == SENTINEL_METRICS.get(m, True) else "worse"
+                d["direction"] = "better" if up == watched.get(m, True) else "worse"
             out.setdefault(level, {})[m] = d
     return out
 
 
 def current_launch(result: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    """Per point, this launch's mean over repeats of each :data:`SENTINEL_METRICS` metric
+    """Per point, this launch's mean over repeats of each metric the sentinel watches
     (``result["levels"][point][metric]["mean"]``, logged to MLflow as ``<point>.<metric>``)."""
     out: dict[str, dict[str, float]] = {}
     for level, agg in (result.get("levels") or {}).items():
-        for m in SENTINEL_METRICS:
+        for m in sentinel_metrics():
             v = agg.get(m)
             if isinstance(v, Mapping) and v.get("mean") is not None:
                 out.setdefault(level, {})[m] = float(v["mean"])
@@ -220,7 +221,7 @@ def history_launches(client, experiment_id: str, config_hash: str, *, exclude_ru
     out: dict[str, dict[str, list[float]]] = {}
     for run in chosen:
         for point in points:
-            for m in SENTINEL_METRICS:
+            for m in sentinel_metrics():
                 v = run.data.metrics.get(f"{point}.{m}")
                 if v is not None:
                     out.setdefault(point, {}).setdefault(m, []).append(float(v))

@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from lab import catalog
 from lab.atomic import savefig_atomic, write_text_atomic
 from lab.config import LabParams
-from lab.analysis import stats
 from lab.analysis import theory
+from lab.analysis.estimates import Estimate, Ratio
+from lab.report.tables import speedup_cell, table_columns
 
-__all__ = ["explain_figures", "break_even_costs", "write_report"]
+__all__ = ["explain_figures", "break_even_costs", "summary_html", "write_report"]
 
 
 def break_even_costs(params: LabParams, summary: dict[str, Any]) -> list[theory.ModeCosts]:
@@ -104,39 +105,24 @@ first divergence: the first differing token position (0-based), the earliest ove
 """
 
 
-def _fmt(e: dict[str, Any] | None, digits: int = 1) -> str:
-    if not e or e.get("mean") is None or (isinstance(e["mean"], float) and math.isnan(e["mean"])):
-        return "-"
-    lo, hi = e.get("ci95_lo"), e.get("ci95_hi")
-    if lo is None or lo != lo:
-        return f"{e['mean']:.{digits}f}"
-    return f"{e['mean']:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
-def _speedup(s: dict[str, Any] | None, mode: str, baseline: str | None) -> str:
-    text = stats.format_speedup(s["ratio"], s["ci95_lo"], s["ci95_hi"], s["verdict"]) if s else None
-    return text or ("reference" if mode == baseline else "-")
-
-
-def _summary_html(summary: dict[str, Any]) -> str:
+def summary_html(summary: dict[str, Any]) -> str:
+    """The report's summary table: one row per mode x point with its axes, the mean [95 % CI] of
+    each metric :mod:`lab.catalog` shows in ``report``, then each of their speedups over the
+    baseline (:func:`lab.report.tables.table_columns`)."""
+    metrics, speedups = table_columns(catalog.REPORT)
+    baseline = summary.get("baseline")
     rows = []
     for mode, levels in summary["modes"].items():
         for key, e in levels.items():
-            s, so = e.get("speedup_decode_tok_s"), e.get("speedup_output_tok_s")
-            rows.append({"mode": mode, "point": key, "concurrency": e["concurrency"],
-                         "context tokens": e.get("context_tokens", "-"), "output tokens": e.get("max_new_tokens", "-"),
-                         "decode tok/s": _fmt(e.get("decode_tok_s")), "output tok/s": _fmt(e.get("output_tok_s")),
-                         "accept length": _fmt(e.get("accept_length"), 2), "verify ms": _fmt(e.get("verify_ms")),
-                         "draft ms": _fmt(e.get("draft_ms")), "decode ms": _fmt(e.get("decode_ms")),
-                         "cycle ms": _fmt(e.get("cycle_ms")),
-                         "speedup, decode tok/s": _speedup(s, mode, summary.get("baseline")),
-                         "paired per prompt, decode tok/s": _speedup(e.get("paired_speedup_decode_tok_s"), mode,
-                                                                     summary.get("baseline")),
-                         "speedup, output tok/s": _speedup(so, mode, summary.get("baseline")),
-                         # lab.analysis.load: goodput under bench.slo and its speedup over the baseline
-                         "goodput req/s": _fmt(e.get("goodput_req_s"), 2),
-                         "speedup, goodput req/s": _speedup(e.get("speedup_goodput_req_s"), mode,
-                                                            summary.get("baseline"))})
+            row = {"mode": mode, "point": key, "concurrency": e["concurrency"],
+                   "context tokens": e.get("context_tokens", "-"), "output tokens": e.get("max_new_tokens", "-")}
+            for m in metrics:
+                est = Estimate.from_dict(e.get(m.name))
+                row[m.header] = "-" if est is None else est.text(m.digits)
+            for m, kind in speedups:
+                row[catalog.speedup_label(m, kind)] = speedup_cell(
+                    Ratio.from_dict(e.get(catalog.speedup_key(m.name, kind))), mode, baseline)
+            rows.append(row)
     return pd.DataFrame(rows).to_html(index=False, escape=True, border=0)
 
 
@@ -202,7 +188,7 @@ def write_report(params: LabParams, summary: dict[str, Any], path: Path) -> Path
     text = env.from_string(_TEMPLATE).render(
         engine=html.escape(params.engine), caption=summary.get("caption", ""),
         answer=answer_html(summary),  # the answer first; each warning once, naming its modes
-        break_even=_lowest_level(summary.get("break_even", [])), table=_summary_html(summary), figures=figures,
+        break_even=_lowest_level(summary.get("break_even", [])), table=summary_html(summary), figures=figures,
         config_table=_config_html(params, summary), profile=summary.get("profile"),
         profile_table=_profile_html(summary.get("profile")), lossless_table=_lossless_html(summary.get("lossless")))
     write_text_atomic(path, text)

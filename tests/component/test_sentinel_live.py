@@ -22,6 +22,7 @@ def test_sentinel_end_to_end_on_real_launches(tmp_path):
     from mlflow.tracking import MlflowClient
 
     from lab.analysis import sentinel
+    from lab.catalog import sentinel_metrics
     from lab.pipeline.bench import run_mode
     from lab.config import load_params
 
@@ -47,7 +48,7 @@ def test_sentinel_end_to_end_on_real_launches(tmp_path):
     redo = sentinel.decide({"alpha": third["alpha"], "min_effect": third["min_effect"], "history_run_ids": [1, 2]},
                            sentinel.current_launch(runs[2]),
                            {"c1": {m: [r["levels"]["c1"][m]["mean"] for r in runs[1::-1]]
-                                   for m in sentinel.SENTINEL_METRICS if m in runs[0]["levels"]["c1"]}},
+                                   for m in sentinel_metrics() if m in runs[0]["levels"]["c1"]}},
                            log=quiet.append)
     assert redo["status"] == third["status"] and redo["flagged"] == third["flagged"]
     run = MlflowClient(tracking_uri=uri).get_run(runs[2]["mlflow_run_id"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import pytest
 
-from lab.measure.accuracy import client_run_metrics, delivery_delay_ms, relative_error, target_for, truth_run_metrics
+from lab.measure.accuracy import accuracy_metrics, client_run_metrics, delivery_delay_ms, relative_error, target_for
 from lab.emulator.truth import Truth
 
 
@@ -28,26 +28,28 @@ def _record(delay: float = 0.0005) -> dict:
 
 
 def test_truth_metrics_known_answers():
-    t = truth_run_metrics(_truth(), ["a"])
+    t = _truth().run_metrics(["a"])
     assert t["decode_tok_s"] == pytest.approx(5 / 0.090)
     assert t["cycle_ms"] == pytest.approx(30.0)
-    assert t["icl_ms"] == pytest.approx(30.0)
-    assert t["ttft_ms"] == pytest.approx(15.0)
+    assert t["mean_icl_ms"] == pytest.approx(30.0)
+    assert t["p50_ttft_ms"] == pytest.approx(15.0)
     assert t["accept_length"] == pytest.approx(2.0)
     assert t["verify_ms"] == pytest.approx(29.0)
     assert t["output_tok_s"] == pytest.approx(6 / 0.105)
-    w = truth_run_metrics(_truth(), ["a"], clock="wire")
-    assert w["ttft_ms"] == pytest.approx(15.5) and w["decode_tok_s"] == pytest.approx(5 / 0.090)
+    assert t["p50_tpot_ms"] == pytest.approx(18.0) and t["draft_ms"] == pytest.approx(1.0)
+    assert list(t) == accuracy_metrics()  # every ground-truth counterpart the catalog declares, in its order
+    w = _truth().run_metrics(["a"], clock="wire")
+    assert w["p50_ttft_ms"] == pytest.approx(15.5) and w["decode_tok_s"] == pytest.approx(5 / 0.090)
     with pytest.raises(ValueError):
-        truth_run_metrics(_truth(), ["a"], clock="bogus")
+        _truth().run_metrics(["a"], clock="bogus")
 
 
 def test_client_with_constant_delivery_delay_has_zero_decode_error():
     c = client_run_metrics([_record(0.0005)], {})
-    t = truth_run_metrics(_truth(), ["a"])
-    for m in ("decode_tok_s", "cycle_ms", "icl_ms", "accept_length"):
+    t = _truth().run_metrics(["a"])
+    for m in ("decode_tok_s", "cycle_ms", "mean_icl_ms", "accept_length"):
         assert relative_error(c[m], t[m]) == pytest.approx(0.0, abs=1e-9), m
-    assert c["ttft_ms"] - t["ttft_ms"] == pytest.approx(1.0 + 0.5)  # 1 ms request delivery + 0.5 ms chunk delay
+    assert c["p50_ttft_ms"] - t["p50_ttft_ms"] == pytest.approx(1.0 + 0.5)  # 1 ms request delivery + 0.5 ms chunk delay
     assert delivery_delay_ms(_truth(), [_record(0.0005)]) == pytest.approx([0.5] * 4)
 
 
@@ -75,7 +77,7 @@ def test_truth_rate_metrics_known_answers():
     from lab.measure.accuracy import _truth_rate_metrics
 
     t = _truth_rate_metrics(_truth(), [_record()], {"ttft_ms": 20.0, "tpot_ms": 20.0}, rate=4.0)
-    assert t["ttft_ms"] == pytest.approx(15.0) and t["tpot_ms"] == pytest.approx(18.0)
+    assert t["p50_ttft_ms"] == pytest.approx(15.0) and t["p50_tpot_ms"] == pytest.approx(18.0)
     assert t["goodput_req_s"] == pytest.approx(1 / (1 / 4.0)) and t["_good"] == [True]
     assert t["offered_rate_req_s"] is None  # one arrival: no rate
     strict = _truth_rate_metrics(_truth(), [_record()], {"ttft_ms": 20.0, "tpot_ms": 17.0}, rate=4.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from lab.report.answer import SPEEDUPS, answer_html, answer_markdown, answer_text, group_warnings
+from lab.report.answer import answer_html, answer_speedups, answer_markdown, answer_text, group_warnings
 
 
 def _sp(r, lo, hi, v):
@@ -74,11 +74,17 @@ def test_no_baseline_says_so():
     assert "no speedup" in out
 
 
-def test_speedups_list_is_extensible():
-    extra = ("speedup_paired_decode_tok_s", "paired decode tok/s")
-    SPEEDUPS.append(extra)
-    try:
-        comp = {**COMP, "modes": {"b": {"c1": {"concurrency": 1, "speedup_paired_decode_tok_s": _sp(1.2, 1.1, 1.3, "faster")}}}}
-        assert "paired decode tok/s 1.20x [1.10, 1.30] faster" in answer_text(comp)
-    finally:
-        SPEEDUPS.remove(extra)
+def test_what_the_answer_states_comes_from_the_catalog(monkeypatch):
+    """A metric the catalog shows in the answer adds its speedup (or, without one, its mean)."""
+    from lab import catalog
+
+    extra = catalog.Metric("p90_ttft_ms", "TTFT p90", "ms", "client", shown=frozenset({catalog.ANSWER}),
+                           speedups=("welch",))
+    mean = catalog.Metric("p99_itl_ms", "ITL p99", "ms", "client", shown=frozenset({catalog.ANSWER}))
+    monkeypatch.setitem(catalog.METRICS, extra.name, extra)
+    monkeypatch.setitem(catalog.METRICS, mean.name, mean)
+    assert ("speedup_p90_ttft_ms", "TTFT p90 ms") in answer_speedups()
+    comp = {**COMP, "modes": {"b": {"c1": {"concurrency": 1, "speedup_p90_ttft_ms": _sp(1.2, 1.1, 1.3, "faster"),
+                                           "p99_itl_ms": {"mean": 23.04}}}}}
+    out = answer_text(comp)
+    assert "TTFT p90 ms 1.20x [1.10, 1.30] faster" in out and "ITL p99 23.0 ms" in out

@@ -203,20 +203,20 @@ def _frame(rate_points: bool):
     for mode, good in (("baseline", [4.0, 4.0, 3.5]), ("eagle3_decode", [4.0, 4.0, 4.0])):
         for rep, g in enumerate(good):
             rows.append({"mode": mode, "point": "c1", "concurrency": 1, "repeat": rep, "request_rate": None,
-                         "goodput_req_s": 1.0, "goodput_tok_s": 64.0, "slo_attainment": 1.0,
+                         "goodput_req_s": 1.0, "goodput_tok_s": 64.0, "slo_attainment": 1.0, "output_tok_s": 100.0,
                          "output_tok_s_per_user": 80.0 if mode == "baseline" else 90.0})
             if rate_points:
                 rows.append({"mode": mode, "point": "r4", "concurrency": 0, "repeat": rep, "request_rate": 4.0,
-                             "goodput_req_s": g, "goodput_tok_s": 64 * g, "slo_attainment": g / 4,
+                             "goodput_req_s": g, "goodput_tok_s": 64 * g, "slo_attainment": g / 4, "output_tok_s": 250.0,
                              "output_tok_s_per_user": 70.0 if mode == "baseline" else 85.0})
     return pd.DataFrame(rows)
 
 
 def _summary(runs):
-    pts = {m: {k: {"concurrency": int(runs[(runs["mode"] == m) & (runs["point"] == k)]["concurrency"].iloc[0]),
-                   "output_tok_s": {"mean": 100.0 if k == "c1" else 250.0}}
-               for k in dict.fromkeys(runs[runs["mode"] == m]["point"])} for m in ("baseline", "eagle3_decode")}
-    return {"modes": pts, "rows": [{"mode": m, "point": k} for m, p in pts.items() for k in p]}
+    """The comparison add_load runs on (lab.analysis.compare.summarize: means and intervals)."""
+    from lab.analysis.compare import summarize
+
+    return summarize({m: {} for m in ("baseline", "eagle3_decode")}, runs, "baseline")
 
 
 def test_add_load_goodput_sentence_and_pareto_rows():
@@ -231,7 +231,10 @@ def test_add_load_goodput_sentence_and_pareto_rows():
     # per repeat 1, 1, 4/3.5: the paired geometric mean, its interval includes 1 -> a tie
     assert e["speedup_goodput_req_s"]["ratio"] == pytest.approx((4 / 3.5) ** (1 / 3))
     assert summary["load"]["sentences"]["eagle3_decode"].startswith("eagle3_decode is not distinguishable from baseline")
-    assert flat["eagle3_decode.r4.goodput_req_s"] == pytest.approx(4.0) and flat["eagle3_decode.beats_up_to_req_s"] == 0
+    assert flat == {"eagle3_decode.beats_up_to_req_s": 0.0}
+    from lab.analysis.compare import lean_numbers
+
+    assert lean_numbers({**summary, "load_flat": flat})["eagle3_decode.r4.goodput_req_s"] == pytest.approx(4.0)
     assert {(p["mode"], p["point"], p["kind"], p["on_frontier"]) for p in pareto} == {
         ("baseline", "c1", "concurrency", True), ("baseline", "r4", "rate", True),
         ("eagle3_decode", "c1", "concurrency", True), ("eagle3_decode", "r4", "rate", True)}

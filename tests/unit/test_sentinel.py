@@ -111,10 +111,16 @@ def test_config_hash_covers_everything_that_changes_the_measurement(tmp_path):
     assert len({h0, workload_b, workload_c}) == 3
     for kv in ({"output_tokens": [32]}, {"output_tokens_spread": 0.25}, {"context_tokens": [2048]},
                {"concurrency": [1, 16]}, {"max_new_tokens": 128}, {"temperature": 0.7}, {"seed": 1},
-               {"repeats": 5}, {"warmup_requests": 4}):
+               {"repeats": 5}, {"warmup_requests": 4}, {"request_rates": [2.0]}, {"burstiness": 0.5},
+               {"rate_max_concurrency": 4}):  # the open-loop settings too (issue 20)
         assert changed("bench", **kv) != h0, kv
-    for kv in ({"sentinel_alpha": 0.05}, {"request_timeout_s": 60}, {"ngram_n": 3}):
+    for kv in ({"sentinel_alpha": 0.05}, {"request_timeout_s": 60}, {"ngram_n": 3}, {"profile": True}):
         assert changed("bench", **kv) == h0, kv
+    # every bench key is hashed unless NOT_WORKLOAD names it: a new key cannot be forgotten
+    from lab.analysis.sentinel import NOT_WORKLOAD
+
+    hashed = set(config_fingerprint({"engine": "emulator"}, base.bench.model_dump())[1]["workload"])
+    assert hashed == set(base.bench.model_dump()) - NOT_WORKLOAD and NOT_WORKLOAD <= set(base.bench.model_dump())
     assert changed("emulator", profile="fast") != h0
     assert changed("server", env={"SGLANG_SIMULATE_ACC_LEN": "2.5"}) != h0
     p = base.model_copy(deep=True)
