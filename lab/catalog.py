@@ -17,7 +17,7 @@ metric added here appears in each place it names:
 What a metric's *value per run* is stays with the code that measures it (the key of the
 per-run summary, ``runs.json``): client metrics in :func:`lab.measure.records.summarize_run`,
 server timing in :mod:`lab.measure.prometheus` and :mod:`lab.measure.server_info`, log
-cross-checks in :mod:`lab.measure.crosscheck`, load metrics in :mod:`lab.analysis.load`.
+cross-checks in :mod:`lab.measure.crosscheck`, load metrics in :mod:`lab.measure.goodput`.
 ``tests/unit/test_catalog.py`` checks that each declared metric is produced there.
 """
 
@@ -61,7 +61,7 @@ SOURCES = {
     "metrics": "the /metrics scrapes around the run (lab.measure.prometheus.server_timing)",
     "server_info": "/server_info step times (lab.measure.server_info)",
     "log": "the run's window of server.log (lab.measure.crosscheck)",
-    "load": "the run's records judged under bench.slo (lab.analysis.load.run_load_metrics)",
+    "load": "the run's records judged under bench.slo (lab.measure.goodput.run_load_metrics)",
 }
 Source = Literal["client", "metrics", "server_info", "log", "load"]
 

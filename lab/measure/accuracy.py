@@ -216,10 +216,10 @@ def _truth_rate_metrics(truth: Truth, recs: Sequence[Mapping[str, Any]], slo: An
     counterparts (:meth:`lab.emulator.truth.Truth.run_metrics`) of ``output_tok_s``,
     ``decode_tok_s``, ``p50_ttft_ms``, ``p50_tpot_ms`` and ``accept_length``;
     ``goodput_req_s``: requests whose truth TTFT and TPOT meet ``slo``
-    (:func:`lab.analysis.load.is_good`) / the offered duration ``n / rate`` (as the client's,
-    :func:`lab.analysis.load.run_load_metrics`).
+    (:func:`lab.measure.goodput.is_good`) / the offered duration ``n / rate`` (as the client's,
+    :func:`lab.measure.goodput.run_load_metrics`).
     """
-    from lab.analysis.load import is_good
+    from lab.measure.goodput import is_good
 
     reqs = [truth.requests[r["rid"]] for r in recs]
     arr = sorted(q["arrival"] for q in reqs)
@@ -247,7 +247,7 @@ def measure_rates(params: LabParams, mode_name: str, out_dir: Path, *, rates: Se
       ``arrival_lag_ms`` = the emulator's arrival stamp - t_scheduled (what the server saw),
       p50/p99/max over requests;
     - :data:`RATE_METRICS` (client: :func:`client_run_metrics`, p50 TTFT/TPOT over requests and
-      :func:`lab.analysis.load.run_load_metrics`; truth: :func:`_truth_rate_metrics`), error =
+      :func:`lab.measure.goodput.run_load_metrics`; truth: :func:`_truth_rate_metrics`), error =
       client / truth - 1, and ``slo_disagreements``: requests the client and the truth classify
       differently under ``slo``. The client's offered rate is (n - 1) / (last - first t_send).
 
@@ -255,7 +255,7 @@ def measure_rates(params: LabParams, mode_name: str, out_dir: Path, *, rates: Se
     :returns: ``{"mode", "rates": {"r4": {"rate", "repeats": [...], "median_error", "worst_error",
         "lag": {...}}}, "fidelity"}``.
     """
-    from lab.analysis.load import is_good, run_load_metrics
+    from lab.measure.goodput import is_good, run_load_metrics
     from lab.workload.arrivals import arrival_times, rate_key
     from lab.workload.dataset import workload
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable
 
-from lab.analysis.load import run_load_metrics
+from lab.measure.goodput import run_load_metrics
 from lab.engine.telemetry import GpuSampler
 from lab.measure import client, hygiene
 from lab.measure.records import measured_window_s, summarize_run
@@ -144,7 +144,7 @@ def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], spe
     :returns: the repeat's summary (:func:`lab.measure.records.summarize_run` plus
         ``crosscheck``, ``hygiene``, ``gpu_telemetry``, ``concurrency``, ``repeat``,
         ``context_tokens``, ``max_new_tokens``, ``point``, ``request_rate`` and
-        :func:`lab.analysis.load.run_load_metrics`): one ``runs.json`` row.
+        :func:`lab.measure.goodput.run_load_metrics`): one ``runs.json`` row.
     :raises BenchError: the engine died or refused connections, or no request succeeded.
     """
     b, mode, c = bench, result.mode, point.concurrency

@@ -13,7 +13,7 @@ function that fills in the mode's :class:`lab.measure.result.ModeResult`:
   read back from ``/server_info`` (:mod:`lab.engine.effective`, :mod:`lab.tracking.versions`);
   the engine group is stopped on leaving, however it is left;
 - :func:`warm_up` until the engine's speed is stable (:mod:`lab.measure.hygiene`);
-- :func:`capture_profile`: the optional torch-profiler trace (:mod:`lab.profiling.capture`).
+- :func:`capture_profile`: the optional torch-profiler trace (:mod:`lab.measure.trace_capture`).
 
 It lives in ``pipeline/`` (not ``engine/``) because it wires engine, measure and workload
 modules together; the engine modules it calls know nothing of a mode's result.
@@ -145,11 +145,11 @@ def warm_up(srv: ServerProcess, params: LabParams, prompts: list[str], out: Path
 def capture_profile(srv: ServerProcess, params: LabParams, prompts: list[str], out: Path, result: ModeResult,
                     log=print) -> None:
     """With ``bench.profile``: a torch-profiler trace via SGLang's ``/start_profile``
-    (:func:`lab.profiling.capture.capture_profile`) into ``out/profile`` and ``result.profile``."""
+    (:func:`lab.measure.trace_capture.capture_profile`) into ``out/profile`` and ``result.profile``."""
     b = params.bench
     if not b.profile:
         return
-    from lab.profiling.capture import capture_profile as capture
+    from lab.measure.trace_capture import capture_profile as capture
 
     result.profile = capture(
         srv.base_url, out / "profile", mode=result.mode, modelled=params.engine == "emulator",

@@ -118,7 +118,7 @@ def log_mode_run(run: RunHandle, out: Path, result: dict[str, Any], status: str,
         for name in ARTIFACTS:
             run.log_artifact(out / name)
         if (result.get("profile") or {}).get("trace"):  # Chrome trace: opens in ui.perfetto.dev
-            from lab.profiling.capture import profile_metrics
+            from lab.measure.trace_capture import profile_metrics
 
             run.log_artifact(Path(result["profile"]["trace"]), "profile")
             run.log_metrics(profile_metrics(result["profile"]))

@@ -1,4 +1,4 @@
-"""bench.profile's capture (lab/profiling/capture.py) against a live emulator, and the profiling
+"""bench.profile's capture (lab/measure/trace_capture.py) against a live emulator, and the profiling
 surfaces against SGLang 0.5.23's source.
 
 The test starts ``python -m lab.emulator``, profiles two requests through /start_profile and
@@ -23,7 +23,7 @@ import pytest
 from lab.emulator.profile import load_profile
 from lab.emulator.truth import load_truth
 from lab.engine.ports import free_port
-from lab.profiling.capture import TRACE_PREFIX, capture_profile, profile_request_body
+from lab.measure.trace_capture import TRACE_PREFIX, capture_profile, profile_request_body
 # sglang_nodeps: the shared fixture of tests/conftest.py (SGLang 0.5.23's source, no deps)
 
 ROOT = Path(__file__).resolve().parents[2]

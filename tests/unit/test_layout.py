@@ -12,6 +12,7 @@ submodules is an edge too; the implicit import of a parent package is not.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -29,8 +30,10 @@ def _modules() -> dict[str, tuple[Path, bool]]:
     return mods
 
 
+@functools.lru_cache(maxsize=1)
 def import_graph() -> dict[str, set[str]]:
-    """``module -> modules it imports`` over lab/, lazy imports included (module docstring)."""
+    """``module -> modules it imports`` over lab/, lazy imports included (module docstring);
+    read once per session (callers must not change it)."""
     mods = _modules()
 
     def resolve(name: str) -> str | None:
@@ -108,6 +111,42 @@ def test_no_import_cycle_among_lab_modules_lazy_imports_included():
     cycles = import_cycles(graph)
     detail = [f"{a} -> {b}" for c in cycles for a in c for b in sorted(graph[a] & set(c))]
     assert not cycles, f"import cycles {cycles}: {detail}"
+
+
+def package_of(module: str) -> str:
+    """The package a module belongs to: ``lab.measure.point`` -> ``lab.measure``; a top-level
+    module (``lab.atomic``, ``lab.catalog``) and the ``lab`` package itself are their own."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``package -> packages it imports`` (:func:`package_of` of every edge of ``graph``)."""
+    out: dict[str, set[str]] = {package_of(m): set() for m in graph}
+    for m, ts in graph.items():
+        out[package_of(m)] |= {package_of(t) for t in ts} - {package_of(m)}
+    return out
+
+
+def test_no_import_cycle_among_lab_packages():
+    """No package imports a package that imports it back, through any chain (issue 20: measure
+    <-> analysis, config -> emulator -> workload -> config, config -> physics -> profiling ->
+    measure -> ... -> config were such chains). Each module edge of a cycle is named."""
+    graph = import_graph()
+    pkgs = package_graph(graph)
+    assert import_cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b"]]  # the reader finds a two-package cycle
+    cycles = import_cycles(pkgs)
+    detail = sorted(f"{m} -> {t}" for c in cycles for m, ts in graph.items() if package_of(m) in c
+                    for t in ts if package_of(t) in c and package_of(t) != package_of(m))
+    assert not cycles, f"package cycles {cycles}: {detail}"
+
+
+def test_config_imports_no_other_lab_package():
+    """Every lab package reads lab.config; lab.config reads none of them but the physics stage's
+    standard-library schema (lab.physics.params), so it can never close a cycle."""
+    graph = import_graph()
+    outside = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.startswith("lab.config")
+                     for t in ts if not t.startswith("lab.config") and t not in ("lab.physics.params", "lab"))
+    assert not outside, outside
 
 
 @pytest.mark.parametrize("upstream", ["lab.report", "lab.tracking", "lab.pipeline"])

@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from lab.analysis.load import beats_sentence, beats_up_to, goodput_speedup, is_good, pareto_front, run_load_metrics
+from lab.analysis.load import beats_sentence, beats_up_to, goodput_speedup, pareto_front
+from lab.measure.goodput import is_good, run_load_metrics
 from lab.config import ParamsError, load_params
 from lab.report.answer import answer_markdown, answer_text
 from lab.workload.arrivals import arrival_times, interarrival_cv, rate_key

@@ -1,4 +1,4 @@
-"""Typed view of ``params.yaml``: the lab's single source of truth.
+"""The schema of ``params.yaml``: one pydantic model per section and :class:`LabParams`, the whole file.
 
 Everything that starts a server, a benchmark or a figure reads its settings through
 :func:`load_params`, which validates the whole file with pydantic before anything runs.
@@ -13,25 +13,20 @@ its speculative resolution hook): with ``--speculative-eagle-topk 1`` SGLang rew
 
 from __future__ import annotations
 
-import difflib
-import os
 import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-__all__ = [
-    "ParamsError",
-    "LabParams",
-    "ModeParams",
-    "load_params",
-    "repo_root",
-    "find_repo_root",
-    "is_hf_id",
-    "check_dataset_params",
-]
+from lab.config.base import Strict
+from lab.config.dataset_rules import check_dataset_params
+from lab.config.emulator_faults import parse_fault
+from lab.config.physics_model import PhysicsParams
+from lab.config.tracking_uri import resolve_tracking_uri
+
+__all__ = ["ParamsError", "ModelParams", "ServerParams", "EmulatorParams", "ModeParams", "SloParams", "DatasetColumns",
+           "BenchParams", "LosslessParams", "MlflowParams", "PhysicsParams", "LabParams"]
 
 
 class ParamsError(ValueError):
@@ -41,11 +36,7 @@ class ParamsError(ValueError):
     """
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class ModelParams(_Strict):
+class ModelParams(Strict):
     """Target and draft model.
 
     ``path`` and ``draft_path`` are local directories or Hugging Face repo ids (SGLang
@@ -58,7 +49,7 @@ class ModelParams(_Strict):
     trust_remote_code: bool = True
 
 
-class ServerParams(_Strict):
+class ServerParams(Strict):
     """Server launch settings shared by every mode (SGLang flags in DESIGN.md).
 
     ``max_running_requests`` and ``cuda_graph_max_bs_decode`` are applied identically to
@@ -93,7 +84,7 @@ class ServerParams(_Strict):
         return self
 
 
-class EmulatorParams(_Strict):
+class EmulatorParams(Strict):
     """Emulator settings (ignored with ``engine: sglang``).
 
     ``profile`` is the name of a bundled cost profile (``lab/emulator/profiles/<name>.json``)
@@ -108,8 +99,6 @@ class EmulatorParams(_Strict):
     @classmethod
     def _known_faults(cls, v: list[str]) -> list[str]:
         """Each entry is an ``--emulator-fault`` string (``lab/emulator/faults.py``)."""
-        from lab.emulator.faults import parse_fault
-
         for f in v:
             parse_fault(f)  # FaultError (a ValueError) names the fault and the accepted forms
         return v
@@ -118,7 +107,7 @@ class EmulatorParams(_Strict):
 _MODE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-class ModeParams(_Strict):
+class ModeParams(Strict):
     """One server configuration to compare (one server launch).
 
     ``algorithm`` null is plain decoding. With ``EAGLE3``, ``num_steps``, ``eagle_topk`` and
@@ -187,7 +176,7 @@ class ModeParams(_Strict):
         return self.algorithm is not None
 
 
-class SloParams(_Strict):
+class SloParams(Strict):
     """Service-level objectives for goodput (:mod:`lab.analysis.load`): a request is *good*
     when its TTFT and its TPOT (DESIGN.md definitions, per request) are both within the
     limits, as in vLLM's ``--goodput ttft:<ms> tpot:<ms>`` (``vllm/benchmarks/serve.py``
@@ -203,50 +192,7 @@ class SloParams(_Strict):
         return self
 
 
-_HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_HF_KEYS = ("dataset_split", "dataset_subset", "dataset_revision", "dataset_columns", "dataset_category")
-
-
-def is_hf_id(dataset: str) -> bool:
-    """True when ``bench.dataset`` names a Hugging Face dataset (``owner/name``, not ending in
-    ``.jsonl``; loaded by :mod:`lab.workload.sources`); a local prompt file must end in ``.jsonl``."""
-    return not dataset.endswith(".jsonl") and bool(_HF_ID.match(dataset))
-
-
-def check_dataset_params(bench: Any) -> None:
-    """Validate the dataset keys of ``bench`` (:class:`lab.config.BenchParams`); called by its validator.
-
-    :raises ValueError: a message naming the key and the fix: HF-only keys with a local file;
-        an HF id without ``dataset_split`` or ``dataset_columns``; neither or both of
-        ``dataset_columns.category`` and ``dataset_category``; a value that is neither a
-        ``.jsonl`` path nor an ``owner/name`` id.
-    """
-    ds = bench.dataset
-    if not is_hf_id(ds):
-        if not ds.endswith(".jsonl"):
-            raise ValueError(
-                f"bench.dataset={ds!r} is neither a local prompt file (.jsonl) nor a Hugging Face id (owner/name). "
-                "Fix: e.g. data/prompts.jsonl, or philschmid/mt-bench with bench.dataset_split and bench.dataset_columns")
-        set_ = [f"bench.{k}" for k in _HF_KEYS if getattr(bench, k) is not None]
-        if set_:
-            raise ValueError(
-                f"{', '.join(set_)} apply to a Hugging Face dataset only, but bench.dataset={ds!r} is a local file. "
-                "Fix: remove them, or set bench.dataset to an HF id such as philschmid/mt-bench")
-        return
-    example = "e.g. bench.dataset_split: train, bench.dataset_columns: {prompt: turns, category: category} for philschmid/mt-bench"
-    if bench.dataset_split is None:
-        raise ValueError(f"bench.dataset_split missing for the Hugging Face dataset {ds!r}. Fix: {example}")
-    if bench.dataset_columns is None:
-        raise ValueError(f"bench.dataset_columns missing for the Hugging Face dataset {ds!r}. Fix: {example}")
-    has_col, has_fixed = bench.dataset_columns.category is not None, bench.dataset_category is not None
-    if has_col == has_fixed:
-        raise ValueError(
-            f"{'both' if has_col else 'neither of'} bench.dataset_columns.category and bench.dataset_category "
-            f"{'are' if has_col else 'is'} set for {ds!r}. Fix: set exactly one: the category column of a task-labelled "
-            "set (category for philschmid/mt-bench), or one fixed category for a single-task set (math for openai/gsm8k)")
-
-
-class DatasetColumns(_Strict):
+class DatasetColumns(Strict):
     """Which columns of a Hugging Face dataset hold the prompt, its category and its id
     (``bench.dataset_columns``; :mod:`lab.workload.sources`). ``prompt``'s value may be a
     string, a list of turns (the first is sent) or a list of ``{role, content}`` messages."""
@@ -256,7 +202,7 @@ class DatasetColumns(_Strict):
     id: str | None = None
 
 
-class BenchParams(_Strict):
+class BenchParams(Strict):
     """Client-side workload, swept inside one server launch.
 
     Each (concurrency level, repeat) sends ``num_prompts`` requests with at most
@@ -287,7 +233,7 @@ class BenchParams(_Strict):
     # Per-request output lengths drawn uniformly from [L x (1 - spread), L] (the same draws
     # in every mode; lab.workload.dataset.output_lengths); 0 = every request decodes exactly L.
     output_tokens_spread: float = Field(0.0, ge=0.0, lt=1.0)
-    # Profiler trace (lab/profiling/capture.py), off by default: after the measured levels,
+    # Profiler trace (lab/measure/trace_capture.py), off by default: after the measured levels,
     # ``profile_requests`` requests of ``profile_max_new_tokens`` at concurrency 1 between
     # SGLang's /start_profile and /stop_profile; per-step analysis in result.json and the report.
     profile: bool = False
@@ -367,7 +313,7 @@ class BenchParams(_Strict):
         return v
 
 
-class LosslessParams(_Strict):
+class LosslessParams(Strict):
     """The lossless check of the compare stage (:mod:`lab.analysis.lossless`).
 
     At temperature 0 a speculative mode whose share of outputs identical to the baseline's,
@@ -381,7 +327,7 @@ class LosslessParams(_Strict):
     min_identical_share: float = Field(1.0, ge=0.0, le=1.0)
 
 
-class MlflowParams(_Strict):
+class MlflowParams(Strict):
     """MLflow tracking.
 
     ``tracking_uri`` may be a relative ``sqlite:///file.db``: it is resolved against the
@@ -393,54 +339,15 @@ class MlflowParams(_Strict):
     experiment: str = "eagle-verify-lab"
 
     def resolved_tracking_uri(self, root: Path | None = None) -> str:
-        """The tracking URI with a relative SQLite path made absolute.
+        """The tracking URI with a relative SQLite path made absolute
+        (:func:`lab.config.tracking_uri.resolve_tracking_uri`).
 
         Returns e.g. ``sqlite:////abs/path/mlflow.db``; other URIs are returned unchanged.
         """
-        prefix = "sqlite:///"
-        uri = self.tracking_uri
-        if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
-            base = main_repo_root(root or repo_root())
-            return prefix + str((base / uri[len(prefix):]).resolve())
-        return uri
+        return resolve_tracking_uri(self.tracking_uri, root)
 
 
-# Bounds params.yaml puts on the physics fields beyond PhysicsConfig's own (every size >= 1).
-_PHYSICS_BOUNDS = {"hidden_size": 64, "head_dim": 16, "mlp_intermediate_per_gpu": 16, "timed_iters": 5,
-                   "verify_tokens": 2}
-
-
-def _physics_params() -> type[_Strict]:
-    """:class:`PhysicsParams`: the fields and defaults of :class:`lab.physics.params.PhysicsConfig`
-    (the one physics schema) as a strict pydantic model, with :data:`_PHYSICS_BOUNDS`."""
-    from dataclasses import fields
-
-    from pydantic import create_model
-
-    from lab.physics.params import PhysicsConfig
-
-    spec: dict[str, Any] = {}
-    for f in fields(PhysicsConfig):
-        if f.name == "tokens":
-            spec[f.name] = (list[int], Field(default_factory=lambda: list(PhysicsConfig().tokens)))
-        elif f.name == "dtype":  # float32 is for CPU checks only, not a params.yaml choice
-            spec[f.name] = (Literal["bfloat16", "float16"], f.default)
-        else:
-            spec[f.name] = (int, Field(f.default, ge=_PHYSICS_BOUNDS.get(f.name, 1)))
-    return create_model("PhysicsParams", __base__=_Strict, __module__=__name__, __doc__=(
-        """GPU stage: a per-GPU shard of the served model's layer stack (PyTorch only).
-
-    Fields and defaults are :class:`lab.physics.params.PhysicsConfig`'s. Defaults are
-    Kimi-K2.5 (DeepSeek-V3 shape) under TP 8: hidden 7168, 61 layers, 64 attention heads x
-    128 / 8 = 8 heads per GPU, and the active experts' MLP width per GPU (8 routed + 1 shared
-    expert x 2048 / 8 = 2304). Source: the model's config.json.
-    """), **spec)
-
-
-PhysicsParams = _physics_params()
-
-
-class LabParams(_Strict):
+class LabParams(Strict):
     """The whole ``params.yaml``."""
 
     engine: Literal["emulator", "sglang"] = "emulator"
@@ -492,85 +399,3 @@ class LabParams(_Strict):
     def baseline_mode(self) -> str | None:
         """Name of the first plain-decoding mode (the reference for speedups), if any."""
         return next((n for n, m in self.modes.items() if not m.is_speculative), None)
-
-
-def _all_param_keys() -> set[str]:
-    """Every key any params section defines (the pydantic models of this module), for the
-    "did you mean" hint of an unknown key."""
-    keys: set[str] = set()
-    for obj in list(globals().values()):
-        if isinstance(obj, type) and issubclass(obj, BaseModel) and obj is not BaseModel:
-            keys.update(obj.model_fields)
-    return keys
-
-
-def _format_validation_error(err: ValidationError, source: str) -> str:
-    lines = [f"{source} is invalid:"]
-    for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"])
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            close = difflib.get_close_matches(str(e["loc"][-1]), _all_param_keys(), n=1)
-            msg = (f"unknown key. Fix: did you mean {close[0]!r}?" if close else
-                   "unknown key. Fix: remove it or check its spelling against README's params table")
-        elif e["type"] == "list_type":
-            msg += f" (got {e.get('input')!r}). Fix: give a list, e.g. [{e.get('input')!r}]"
-        elif e["type"] == "missing":
-            msg = "required key missing. Fix: add it (see README's params table)"
-        elif "Fix:" not in msg:
-            msg += f" (got {e.get('input')!r}). Fix: give a value of the right type"
-        lines.append(f"  {key}: {msg}" if key else f"  {msg}")
-    return "\n".join(lines)
-
-
-def load_params(path: str | os.PathLike[str] | None = None, *, overrides: dict[str, Any] | None = None) -> LabParams:
-    """Load and validate ``params.yaml``.
-
-    :param path: the file; default ``<repo root>/params.yaml``.
-    :param overrides: top-level sections or ``{"modes": {name: {...}}}`` slices to merge
-        over the file (how a papermill-injected mode slice reaches the model).
-    :returns: the validated :class:`LabParams`.
-    :raises ParamsError: file missing, not YAML, or any key invalid (message names each
-        key and its fix).
-    """
-    p = Path(path) if path is not None else repo_root() / "params.yaml"
-    if not p.is_file():
-        raise ParamsError(f"{p}: params file not found. Fix: run from the repository root or pass its path")
-    try:
-        raw = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ParamsError(f"{p}: not valid YAML ({exc}). Fix: correct the syntax at the line shown") from exc
-    if not isinstance(raw, dict):
-        raise ParamsError(f"{p}: top level must be a mapping of sections. Fix: see README's params table")
-    for key, value in (overrides or {}).items():
-        if key == "modes" and isinstance(value, dict):
-            raw.setdefault("modes", {}).update(value)
-        else:
-            raw[key] = value
-    try:
-        return LabParams.model_validate(raw)
-    except ValidationError as exc:
-        raise ParamsError(_format_validation_error(exc, str(p))) from None
-
-
-def find_repo_root(start: Path | None = None) -> Path | None:
-    """The nearest directory at or above ``start`` holding ``params.yaml`` and ``dvc.yaml``."""
-    here = (start or Path.cwd()).resolve()
-    for d in (here, *here.parents):
-        if (d / "params.yaml").is_file() and (d / "dvc.yaml").is_file():
-            return d
-    return None
-
-
-def repo_root() -> Path:
-    """The lab's repository root (see :func:`find_repo_root`), from the cwd or this file."""
-    return find_repo_root() or find_repo_root(Path(__file__).parent) or Path.cwd()
-
-
-def main_repo_root(root: Path) -> Path:
-    """The main checkout for a DVC experiment temp copy (``<main>/.dvc/tmp/exps/...``)."""
-    parts = root.resolve().parts
-    for i in range(len(parts) - 3):
-        if parts[i : i + 3] == (".dvc", "tmp", "exps"):
-            return Path(*parts[:i])
-    return root
