@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from lab import catalog
 from lab.analysis.estimates import Estimate, Ratio
-from lab.config import LabParams, repo_root
+from lab.config import BenchParams, LosslessParams, repo_root
 from lab.engine.effective import identical_modes, identical_notice
 
 if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fast
@@ -87,12 +88,13 @@ def requests_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def engine_caption(results: dict[str, dict[str, Any]], params: LabParams | None = None) -> str:
-    """Who produced the numbers, for every figure: the engine, and for the emulator that it is not a GPU."""
+def engine_caption(results: dict[str, dict[str, Any]], profile: str | None = None) -> str:
+    """Who produced the numbers, for every figure: the engine, and for the emulator that it is
+    not a GPU, with its cost profile (``emulator.profile``; None: "see params.yaml")."""
     engines = sorted({r.get("engine", "?") for r in results.values()})
     versions = sorted({str(r.get("engine_version", "?")) for r in results.values()})
     if "emulator" in engines:
-        profile = params.emulator.profile if params else "see params.yaml"
+        profile = profile or "see params.yaml"
         text = (f"engine: emulator (SGLang-compatible, profile {profile}: {_profile_description(profile)}). "
                 "Modelled step costs. Not a GPU measurement.")
     else:
@@ -190,16 +192,18 @@ def lean_numbers(summary: dict[str, Any]) -> dict[str, float]:
     return flat
 
 
-def add_lossless(summary: dict[str, Any], params: LabParams, results_dir: Path, modes: list[str],
-                 baseline: str | None) -> None:
+def add_lossless(summary: dict[str, Any], results_dir: Path, modes: list[str], baseline: str | None, *,
+                 bench: BenchParams, lossless: LosslessParams, simulated: Collection[str] = (),
+                 root: Path | None = None) -> None:
     """Run :func:`lab.analysis.lossless.check_lossless` on ``<results_dir>/<mode>/requests.jsonl``
     and add it to ``summary``: ``summary["lossless"]`` (the check's dict), its warnings
     appended to ``summary["warnings"][mode]``, and ``lossless_identical_share`` on every
     checked row of ``summary["rows"]`` (summary.csv, ``dvc plots``).
 
-    Prompt heads come from ``bench.dataset`` (none when it cannot be read); modes with
-    ``simulate_accept_length`` are not checked (SGLang then accepts draft tokens unverified).
-    The threshold is ``lossless.min_identical_share``.
+    Prompt heads come from ``bench.dataset`` (relative to ``root``, default the repository
+    root; none when it cannot be read); the modes in ``simulated`` (``simulate_accept_length``
+    set) are not checked (SGLang then accepts draft tokens unverified). The threshold is
+    ``lossless.min_identical_share``; sampling (``bench.temperature`` > 0) is not checked.
     """
     from lab.analysis.lossless import check_lossless
     from lab.workload.dataset import DatasetError, load_prompts
@@ -211,13 +215,13 @@ def add_lossless(summary: dict[str, Any], params: LabParams, results_dir: Path, 
         records[mode] = [json.loads(line) for line in lines if line.strip()]
     try:
         texts = {i: p.messages[-1]["content"] for i, p in
-                 enumerate(load_prompts(repo_root() / params.bench.dataset))}
+                 enumerate(load_prompts((root or repo_root()) / bench.dataset))}
     except (DatasetError, OSError):
         texts = {}
     skip = {m: "simulated acceptance (SGLANG_SIMULATE_ACC_LEN) accepts draft tokens unverified"
-            for m in modes if m in params.modes and params.modes[m].simulate_accept_length is not None}
-    res = check_lossless(records, baseline, temperature=params.bench.temperature,
-                         min_identical_share=params.lossless.min_identical_share, prompt_texts=texts, skip=skip)
+            for m in modes if m in simulated}
+    res = check_lossless(records, baseline, temperature=bench.temperature,
+                         min_identical_share=lossless.min_identical_share, prompt_texts=texts, skip=skip)
     summary["lossless"] = res
     for mode, ws in res["warnings"].items():
         summary.setdefault("warnings", {}).setdefault(mode, []).extend(ws)

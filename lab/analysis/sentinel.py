@@ -50,7 +50,7 @@ from lab.catalog import sentinel_metrics
 
 __all__ = ["NOT_WORKLOAD", "gpu_model", "config_fingerprint", "file_sha256",
            "launch_delta", "compare", "current_launch", "history_launches", "log_to_run", "check",
-           "sentinel_table", "MIN_HISTORY", "decide", "launch_setup"]
+           "sentinel_table", "MIN_HISTORY", "decide"]
 
 #: ``bench`` params that do not change what a launch measures: the thresholds of the hygiene
 #: checks and of the sentinel itself, the request timeout, and the profiler trace taken after
@@ -102,7 +102,8 @@ def config_fingerprint(result: Mapping[str, Any], workload: Mapping[str, Any], *
     :param gpu: hardware name; None: :func:`gpu_model` for SGLang, ``"none (emulator)"`` for
         the emulator.
     :param setup: the rest of what shapes the launch (the mode's flags, model, server
-        environment and extra args, the emulator profile's name); see :func:`check`.
+        environment and extra args, the emulator profile's name):
+        :func:`lab.pipeline.bench.launch_setup`.
     :returns: ``(sha256 hex prefix of 16 chars, material dict)``.
     """
     engine = result.get("engine", "unknown")
@@ -244,49 +245,31 @@ def log_to_run(run, result: Mapping[str, Any]) -> None:
     run.log_metrics(flags)
 
 
-def launch_setup(params, mode_name: str | None) -> dict[str, Any]:
-    """What besides the server's resolved arguments and the workload shapes a launch: the
-    mode's flags, the model, the server's environment and extra args (credentials
-    redacted) and, for the emulator, the cost profile's name and its fault list."""
-    from lab.redact import redact_argv, redact_env
-
-    setup: dict[str, Any] = {
-        "mode": params.mode(mode_name).model_dump() if mode_name and mode_name in params.modes else None,
-        "model": params.model.model_dump(),
-        "server_env": redact_env(dict(params.server.env or {})),
-        "server_extra_args": redact_argv(list(params.server.extra_args or [])),
-        "server_limits": {k: getattr(params.server, k, None) for k in
-                          ("mem_fraction_static", "max_running_requests", "cuda_graph_max_bs_decode", "context_length")},
-    }
-    if params.engine == "emulator":
-        setup["emulator_profile"] = params.emulator.profile
-        setup["emulator_faults"] = list(params.emulator.faults or [])
-    return setup
-
-
-def check(params, result: Mapping[str, Any], *, run_id: str | None, log=print) -> dict[str, Any]:
+def check(result: Mapping[str, Any], *, bench: Any, mlflow: Any, setup: Mapping[str, Any], run_id: str | None,
+          root: Path, log=print) -> dict[str, Any]:
     """The sentinel of one finished launch: hash, earlier launches from MLflow, comparison.
 
     Never raises: an MLflow failure is recorded as ``status: "error"`` with its message.
 
-    :param params: :class:`lab.config.LabParams` (``bench`` thresholds, ``mlflow``).
     :param result: ``result.json`` content with ``levels`` (and ``mode``).
+    :param bench: the ``bench`` section (:class:`lab.config.BenchParams`: the workload hashed,
+        the sentinel's thresholds). :param mlflow: the ``mlflow`` section (where the history is).
+    :param setup: the rest of what shapes the launch (:func:`lab.pipeline.bench.launch_setup`).
     :param run_id: this run's MLflow id (excluded from the history).
+    :param root: the repository root a relative ``bench.dataset`` is read from.
     :returns: ``{"config_hash", "material", "status": "no history"|"too little history"|"ok"|
         "regression"|"improvement"|"error", "history_run_ids", "comparison", "flagged": [...],
         "alpha", "min_effect"}``.
     """
-    from lab.config import repo_root
-
-    b = params.bench
-    data = Path(b.dataset)
     from lab.config import is_hf_id
 
+    b = bench
+    data = Path(b.dataset)
     # A Hugging Face set has no file here: the hash of the prompts it loaded (result["dataset"]).
     sha = ((result.get("dataset") or {}).get("prompts_sha256") if is_hf_id(b.dataset)
-           else file_sha256(data if data.is_absolute() else repo_root() / data))
+           else file_sha256(data if data.is_absolute() else root / data))
     workload = {**b.model_dump(), "dataset_sha256": sha}
-    h, material = config_fingerprint(result, workload, setup=launch_setup(params, result.get("mode")))
+    h, material = config_fingerprint(result, workload, setup=setup)
     out: dict[str, Any] = {"config_hash": h, "material": material, "alpha": b.sentinel_alpha,
                            "min_effect": b.sentinel_min_effect, "history_run_ids": [], "comparison": {},
                            "flagged": [], "status": "no history"}
@@ -294,8 +277,8 @@ def check(params, result: Mapping[str, Any], *, run_id: str | None, log=print) -
     try:
         from mlflow.tracking import MlflowClient
 
-        client = MlflowClient(tracking_uri=params.mlflow.resolved_tracking_uri())
-        exp = client.get_experiment_by_name(params.mlflow.experiment)
+        client = MlflowClient(tracking_uri=mlflow.resolved_tracking_uri(root))
+        exp = client.get_experiment_by_name(mlflow.experiment)
         ids, hist = (history_launches(client, exp.experiment_id, h, exclude_run_id=run_id,
                                       max_runs=b.sentinel_history_runs, points=list(now)) if exp else ([], {}))
     except Exception as exc:  # MLflow down: the run's own results stay valid

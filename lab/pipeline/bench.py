@@ -43,7 +43,7 @@ from lab.tracking.record import log_engine, record
 from lab.tracking.runs import open_run, run_tags
 from lab.workload.sources import dataset_params, emulator_prompt_file, load_bench_prompts
 
-__all__ = ["run_mode"]
+__all__ = ["run_mode", "launch_setup"]
 
 
 def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[str], *,
@@ -67,7 +67,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                    parent_run_id=pipeline_parent(params))
     truth_path = out / "ground_truth.jsonl" if params.engine == "emulator" else None
     cmd = build_server_command(params, mode_name, ground_truth_file=truth_path,
-                               prompt_file=emulator_prompt_file(params, prompts, root, out))
+                               prompt_file=emulator_prompt_file(params.bench, prompts, root, out) if truth_path else None)
     res = ModeResult(mode=mode_name, engine=params.engine, mlflow_run_id=run.run_id, server_command=cmd.display(),
                      dataset=dataset_info)
     try:
@@ -76,7 +76,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
         prepare(params, cmd, out, res, log)
         with engine(params, cmd, out, res, log) as srv:
             log_engine(run, res)
-            warm_up(srv, params, prompts, out, res, log)
+            warm_up(srv, params.bench, prompts, out, res, log)
             res.load = load_settings(params.bench)  # the SLO the compare stage judges goodput by
             with open(out / "requests.jsonl", "a") as req_file:
                 for point in measurement_points(params.bench):
@@ -84,7 +84,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                         res.runs.append(measure_point(
                             srv, point, rep, bench=params.bench, prompts=prompts, out=out, req_file=req_file,
                             speculative=params.mode(mode_name).is_speculative, result=res, log=log))
-            capture_profile(srv, params, prompts, out, res, log)
+            capture_profile(srv, params.bench, prompts, out, res, log, modelled=truth_path is not None)
         _aggregate(params, res, truth_path, log)
     except BaseException as exc:
         res.fail(exc, levels_partial=aggregate_levels(res.runs))
@@ -106,4 +106,26 @@ def _aggregate(params: LabParams, res: ModeResult, truth_path: Path | None, log)
     for w in res.warnings:
         log(f"[lab] WARNING {res.mode}: {w}")
     res.status = "ok"
-    res.sentinel = sentinel.check(params, res.to_dict(), run_id=res.mlflow_run_id, log=log)
+    res.sentinel = sentinel.check(res.to_dict(), bench=params.bench, mlflow=params.mlflow,
+                                  setup=launch_setup(params, res.mode), run_id=res.mlflow_run_id, root=repo_root(), log=log)
+
+
+def launch_setup(params: LabParams, mode_name: str | None) -> dict[str, Any]:
+    """What besides the server's resolved arguments and the workload shapes a launch: the
+    mode's flags, the model, the server's environment and extra args (credentials
+    redacted) and, for the emulator, the cost profile's name and its fault list: what the
+    regression sentinel hashes beside the workload (:func:`lab.analysis.sentinel.check`)."""
+    from lab.redact import redact_argv, redact_env
+
+    setup: dict[str, Any] = {
+        "mode": params.mode(mode_name).model_dump() if mode_name and mode_name in params.modes else None,
+        "model": params.model.model_dump(),
+        "server_env": redact_env(dict(params.server.env or {})),
+        "server_extra_args": redact_argv(list(params.server.extra_args or [])),
+        "server_limits": {k: getattr(params.server, k, None) for k in
+                          ("mem_fraction_static", "max_running_requests", "cuda_graph_max_bs_decode", "context_length")},
+    }
+    if params.engine == "emulator":
+        setup["emulator_profile"] = params.emulator.profile
+        setup["emulator_faults"] = list(params.emulator.faults or [])
+    return setup

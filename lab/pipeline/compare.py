@@ -58,13 +58,14 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     baseline = params.baseline_mode if params.baseline_mode in modes else None
     summary = summarize(results, runs, baseline)
     add_paired(summary, res_dir, baseline)  # per-prompt speedup beside the per-repeat one
-    summary["caption"] = engine_caption(results, params)
+    summary["caption"] = engine_caption(results, params.emulator.profile)
     summary["effective_config"] = {m: r.get("effective_config") for m, r in results.items()}
     summary["warnings"] = {m: r["warnings"] for m, r in results.items() if r.get("warnings")}  # hygiene, per mode
-    add_lossless(summary, params, res_dir, modes, baseline)  # output ids vs the baseline's (issue 15)
+    add_lossless(summary, res_dir, modes, baseline, bench=params.bench, lossless=params.lossless,  # issue 15
+                 simulated={m for m, p in params.modes.items() if p.simulate_accept_length is not None})
     summary["figures"] = figures.draw_all(primary_runs(runs), requests_frame(res_dir, modes), primary_summary(summary),
                                           rep_dir / "figures")
-    summary["figures"].update(report.explain_figures(params, runs, summary, rep_dir / "figures"))
+    summary["figures"].update(report.explain_figures(params.modes, runs, summary, rep_dir / "figures"))
     from lab.analysis.taskmix import add_taskmix, taskmix_metrics  # per prompt category
     from lab.report.taskmix import draw_taskmix, write_categories_csv
 
@@ -87,7 +88,7 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     write_csv(lossless_rows(summary.get("lossless")), rep_dir / "lossless.csv", LOSSLESS_COLUMNS)  # dvc plots
     # Opens with the answer (each warning once, naming its modes), then the full table.
     write_summary_markdown(rep_dir / "summary.md", answer_markdown(summary, "report.html"), summary["rows"], baseline)
-    report.write_report(params, summary, rep_dir / "report.html")
+    report.write_report(summary, rep_dir / "report.html", engine=params.engine, modes=params.modes)
     if track:
         from lab.tracking.compare_log import log_comparison
 

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from lab.config import LabParams
+from lab.config import BenchParams, LabParams
 from lab.engine.effective import effective_config
 from lab.engine.envcapture import capture_environment
 from lab.engine.preflight import format_table, run_preflight
@@ -123,12 +123,12 @@ def engine(params: LabParams, cmd: ServerCommand, out: Path, result: ModeResult,
         yield srv
 
 
-def warm_up(srv: ServerProcess, params: LabParams, prompts: list[str], out: Path, result: ModeResult,
+def warm_up(srv: ServerProcess, bench: BenchParams, prompts: list[str], out: Path, result: ModeResult,
             log=print) -> None:
     """Warm-up requests until the decode speed is stable (``bench.warmup_*``;
     :func:`lab.measure.hygiene.warmup_until_stable`) into ``result.warmup``; nothing when
     ``bench.warmup_requests`` is 0. :raises BenchError: the engine died meanwhile."""
-    b, mode = params.bench, result.mode
+    b, mode = bench, result.mode
     if not b.warmup_requests:
         return
     result.warmup = hygiene.warmup_until_stable(
@@ -142,16 +142,17 @@ def warm_up(srv: ServerProcess, params: LabParams, prompts: list[str], out: Path
     check_alive(srv, f"{mode} warm-up", out)
 
 
-def capture_profile(srv: ServerProcess, params: LabParams, prompts: list[str], out: Path, result: ModeResult,
-                    log=print) -> None:
+def capture_profile(srv: ServerProcess, bench: BenchParams, prompts: list[str], out: Path, result: ModeResult,
+                    log=print, *, modelled: bool) -> None:
     """With ``bench.profile``: a torch-profiler trace via SGLang's ``/start_profile``
-    (:func:`lab.measure.trace_capture.capture_profile`) into ``out/profile`` and ``result.profile``."""
-    b = params.bench
+    (:func:`lab.measure.trace_capture.capture_profile`) into ``out/profile`` and ``result.profile``;
+    ``modelled``: the engine is the emulator (its trace is a model, and says so)."""
+    b = bench
     if not b.profile:
         return
     from lab.measure.trace_capture import capture_profile as capture
 
     result.profile = capture(
-        srv.base_url, out / "profile", mode=result.mode, modelled=params.engine == "emulator",
+        srv.base_url, out / "profile", mode=result.mode, modelled=modelled,
         texts=workload(prompts, b.profile_requests, b.seed + 20_000), max_new_tokens=b.profile_max_new_tokens,
         temperature=b.temperature, request_timeout_s=b.request_timeout_s, log=log)

@@ -13,13 +13,13 @@ from __future__ import annotations
 import base64
 import html
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import pandas as pd
 
 from lab import catalog
 from lab.atomic import savefig_atomic, write_text_atomic
-from lab.config import LabParams
+from lab.config import ModeParams
 from lab.analysis import theory
 from lab.analysis.estimates import Estimate, Ratio
 from lab.report.tables import speedup_cell, table_columns
@@ -27,15 +27,18 @@ from lab.report.tables import speedup_cell, table_columns
 __all__ = ["explain_figures", "break_even_costs", "summary_html", "write_report"]
 
 
-def break_even_costs(params: LabParams, summary: dict[str, Any]) -> list[theory.ModeCosts]:
-    """:class:`lab.analysis.theory.ModeCosts` of every speculative mode at its primary points."""
-    cap = {n: (m.num_steps + 1 if m.num_steps else None) for n, m in params.modes.items()}
+def break_even_costs(modes: Mapping[str, ModeParams], summary: dict[str, Any]) -> list[theory.ModeCosts]:
+    """:class:`lab.analysis.theory.ModeCosts` of every speculative mode at its primary points.
+
+    :param modes: the ``modes`` section (``num_steps`` caps each mode's accept length)."""
+    cap = {n: (m.num_steps + 1 if m.num_steps else None) for n, m in modes.items()}
     from lab.report.sweep_figures import primary_summary
 
     return theory.costs_from_summary(primary_summary(summary), cap)
 
 
-def explain_figures(params: LabParams, runs: pd.DataFrame, summary: dict[str, Any], out_dir: Path) -> dict[str, str]:
+def explain_figures(modes: Mapping[str, ModeParams], runs: pd.DataFrame, summary: dict[str, Any],
+                    out_dir: Path) -> dict[str, str]:
     """Draw ``break_even``, ``throughput_vs_concurrency``, ``verify_vs_context`` and
     ``speedup_heatmap`` PNGs into ``out_dir``; returns ``name -> path``. Also stores the
     break-even sentences in ``summary["break_even"]``."""
@@ -43,7 +46,7 @@ def explain_figures(params: LabParams, runs: pd.DataFrame, summary: dict[str, An
 
     from lab.report import sweep_figures as sf
 
-    costs = break_even_costs(params, summary)
+    costs = break_even_costs(modes, summary)
     summary["break_even"] = [{"mode": c.mode, "concurrency": c.concurrency, "break_even_accept_length": c.break_even,
                               "accept_length": c.accept_length, "max_accept_length": c.max_accept,
                               "modelled_speedup": c.modelled_speedup, "measured_speedup": c.measured_speedup,
@@ -126,11 +129,11 @@ def summary_html(summary: dict[str, Any]) -> str:
     return pd.DataFrame(rows).to_html(index=False, escape=True, border=0)
 
 
-def _config_html(params: LabParams, summary: dict[str, Any]) -> str:
+def _config_html(modes: Mapping[str, ModeParams], summary: dict[str, Any]) -> str:
     eff = summary.get("effective_config") or {}
     rows = []
     for mode in summary["modes"]:
-        requested = params.modes[mode].model_dump(exclude_defaults=True) if mode in params.modes else {}
+        requested = modes[mode].model_dump(exclude_defaults=True) if mode in modes else {}
         rows.append({"mode": mode, "params.yaml": ", ".join(f"{k}={v}" for k, v in requested.items()) or "-",
                      "resolved by the engine": ", ".join(f"{k}={v}" for k, v in (eff.get(mode) or {}).items()) or "-"})
     return pd.DataFrame(rows).to_html(index=False, escape=True, border=0)
@@ -173,8 +176,11 @@ def _lowest_level(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-def write_report(params: LabParams, summary: dict[str, Any], path: Path) -> Path:
+def write_report(summary: dict[str, Any], path: Path, *, engine: str, modes: Mapping[str, ModeParams]) -> Path:
     """Render the self-contained report to ``path`` (figures from ``summary["figures"]``).
+
+    :param engine: ``params.yaml``'s ``engine`` (the title says it).
+    :param modes: the ``modes`` section (what each mode asked for, beside what the engine resolved).
 
     :raises FileNotFoundError: a figure listed in the summary is missing.
     """
@@ -186,10 +192,10 @@ def write_report(params: LabParams, summary: dict[str, Any], path: Path) -> Path
     figures = [{"name": name, "b64": base64.b64encode(Path(p).read_bytes()).decode("ascii")}
                for name, p in summary.get("figures", {}).items()]
     text = env.from_string(_TEMPLATE).render(
-        engine=html.escape(params.engine), caption=summary.get("caption", ""),
+        engine=html.escape(engine), caption=summary.get("caption", ""),
         answer=answer_html(summary),  # the answer first; each warning once, naming its modes
         break_even=_lowest_level(summary.get("break_even", [])), table=summary_html(summary), figures=figures,
-        config_table=_config_html(params, summary), profile=summary.get("profile"),
+        config_table=_config_html(modes, summary), profile=summary.get("profile"),
         profile_table=_profile_html(summary.get("profile")), lossless_table=_lossless_html(summary.get("lossless")))
     write_text_atomic(path, text)
     return path

@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lab.config import repo_root
 from lab.engine.ports import free_port
 from lab.emulator.profile import load_profile
 
-# --------------------------------------------------------------------------- emulator + MLflow
+ROOT = repo_root()
 
 
 @pytest.mark.integration
@@ -23,7 +24,7 @@ def test_sentinel_end_to_end_on_real_launches(tmp_path):
 
     from lab.analysis import sentinel
     from lab.catalog import sentinel_metrics
-    from lab.pipeline.bench import run_mode
+    from lab.pipeline.bench import launch_setup, run_mode
     from lab.config import load_params
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -67,7 +68,8 @@ def test_sentinel_end_to_end_on_real_launches(tmp_path):
 
     def judged(value):
         fake = {**runs[2], "levels": {"c1": {**runs[2]["levels"]["c1"], "decode_tok_s": {"mean": value}}}}
-        return sentinel.check(params, fake, run_id=None, log=quiet.append)
+        return sentinel.check(fake, bench=params.bench, mlflow=params.mlflow, setup=launch_setup(params, fake["mode"]),
+                              run_id=None, root=ROOT, log=quiet.append)
 
     slow = judged(min(mean - 2 * band, mean * (1 - 2 * params.bench.sentinel_min_effect)))
     assert len(slow["history_run_ids"]) == 3

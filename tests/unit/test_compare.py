@@ -70,15 +70,11 @@ def test_missing_cells_print_as_dash(cell):
 
 def test_caption_uses_the_profiles_own_description():
     from lab.analysis.compare import engine_caption
-    from lab.config import load_params
     from lab.emulator.profile import load_profile
 
-    params = load_params().model_copy(deep=True)
-    params.emulator.profile = "fast"
-    text = engine_caption({"m": {"engine": "emulator"}}, params)
+    text = engine_caption({"m": {"engine": "emulator"}}, "fast")
     assert load_profile("fast")[0].description.rstrip(".") in text
     assert "Kimi" not in text and "calibrated to the seeds" not in text  # the fast profile models nothing
     assert text.endswith("Not a GPU measurement.")
-    params.emulator.profile = "kimi_k25_tp8_pcie"
-    assert "calibrated to the seeds" in engine_caption({"m": {"engine": "emulator"}}, params)
+    assert "calibrated to the seeds" in engine_caption({"m": {"engine": "emulator"}}, "kimi_k25_tp8_pcie")
     assert engine_caption({"m": {"engine": "sglang", "engine_version": "0.5.23"}}) == "engine: sglang (SGLang 0.5.23)"

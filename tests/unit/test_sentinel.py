@@ -84,7 +84,8 @@ def test_compare_direction_respects_lower_is_better():
 
 
 def _hash(params, result=None):
-    from lab.analysis.sentinel import file_sha256, launch_setup
+    from lab.analysis.sentinel import file_sha256
+    from lab.pipeline.bench import launch_setup
 
     res = result or {"engine": "emulator", "engine_version": "0.5.23", "effective_config": {"tp_size": 8},
                      "mode": "eagle3_decode"}

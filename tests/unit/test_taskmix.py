@@ -181,9 +181,7 @@ def test_hf_loader_fixed_category_and_chat_messages(tmp_path):
     assert [p.category for p in prompts] == ["math", "math"] and prompts[0].id == "math-00000"
     assert prompts[1].messages[0]["role"] == "system"
     # the emulator gets the loaded set as a JSONL prompt file, which reads back unchanged
-    params = load_params(ROOT / "params.yaml")
-    params.bench = b
-    path = emulator_prompt_file(params, prompts, ROOT, tmp_path)
+    path = emulator_prompt_file(b, prompts, ROOT, tmp_path)
     assert path == tmp_path / "dataset.jsonl" and load_prompts(path) == prompts
 
 
