@@ -24,7 +24,7 @@ import re
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from aiohttp import web
 
@@ -198,10 +198,38 @@ async def _final_event(req: Request) -> dict[str, Any]:
     return last
 
 
-async def _event_stream(request: web.Request) -> web.StreamResponse:
-    """A prepared ``text/event-stream`` response (SSE) for a streaming request."""
+async def _stream(request: web.Request, st: AppState, req: Request, chunk: Callable[[dict], dict],
+                  after: Callable[[dict], list[dict]] | None = None) -> web.StreamResponse:
+    """The streaming skeleton of ``/generate``, ``/v1/completions`` and ``/v1/chat/completions``.
+
+    A prepared ``text/event-stream`` (SSE) response; per engine event one ``data:`` chunk
+    (``chunk(event)``), after the injected mid-stream stall (fault ``stall``); then the "sent"
+    ground truth (when the first and last content chunks were written to the socket,
+    :func:`_record_sent`), the chunks of ``after(last event)`` (OpenAI's usage) and
+    ``data: [DONE]``. A client that disconnects marks the request aborted, so the engine stops
+    generating for it (SGLang aborts a request whose connection closed).
+
+    :raises ConnectionResetError, asyncio.CancelledError: the client went away (re-raised).
+    """
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
+    stalled = [False]
+    first_sent = last_sent = None
+    last: dict = {}
+    try:
+        async for ev in _events(req):
+            await st.faults.maybe_stall(ev["ct"], req.max_new_tokens, stalled)
+            await resp.write(_sse(chunk(ev)))
+            last_sent = time.perf_counter()
+            first_sent = first_sent or last_sent
+            last = ev
+        _record_sent(st, req, first_sent, last_sent)
+        for extra in (after(last) if after else ()):
+            await resp.write(_sse(extra))
+        await resp.write(b"data: [DONE]\n\n")
+    except (ConnectionResetError, asyncio.CancelledError):
+        req.aborted = True
+        raise
     return resp
 
 
@@ -237,29 +265,20 @@ async def generate(request: web.Request) -> web.StreamResponse:
         last = await _final_event(req)
         return web.json_response({"text": " ".join(req.words[: last["ct"]]), "output_ids": req.ids[: last["ct"]],
                                   "meta_info": _meta(st, req, last), "index": 0})
-    resp = await _event_stream(request)
-    stalled = [False]
     incremental, sent = st.args.incremental_streaming_output, 0
-    first_sent = last_sent = None
-    try:
-        async for ev in _events(req):
-            await st.faults.maybe_stall(ev["ct"], req.max_new_tokens, stalled)
-            # output_ids as tokenizer_manager.py ~2636-2668 (_handle_batch_output): the new ids
-            # with --incremental-streaming-output, else all ids so far
-            if incremental:  # --incremental-streaming-output: only the new words
-                text, ids_out = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]]), req.ids[sent: ev["ct"]]
-                sent = ev["ct"]
-            else:
-                text, ids_out = " ".join(req.words[: ev["ct"]]), req.ids[: ev["ct"]]
-            await resp.write(_sse({"text": text, "output_ids": ids_out, "meta_info": _meta(st, req, ev), "index": 0}))
-            last_sent = time.perf_counter()
-            first_sent = first_sent or last_sent
-        await resp.write(b"data: [DONE]\n\n")
-        _record_sent(st, req, first_sent, last_sent)
-    except (ConnectionResetError, asyncio.CancelledError):
-        req.aborted = True
-        raise
-    return resp
+
+    def chunk(ev: dict) -> dict:
+        nonlocal sent
+        # output_ids as tokenizer_manager.py ~2636-2668 (_handle_batch_output): the new ids
+        # with --incremental-streaming-output, else all ids so far
+        if incremental:  # --incremental-streaming-output: only the new words
+            text, ids_out = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]]), req.ids[sent: ev["ct"]]
+            sent = ev["ct"]
+        else:
+            text, ids_out = " ".join(req.words[: ev["ct"]]), req.ids[: ev["ct"]]
+        return {"text": text, "output_ids": ids_out, "meta_info": _meta(st, req, ev), "index": 0}
+
+    return await _stream(request, st, req, chunk)
 
 
 def _usage(req: Request, completion_tokens: int) -> dict[str, int]:
@@ -311,27 +330,24 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             out["sglext"] = ext
         return web.json_response(out)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    resp = await _event_stream(request)
     sent = 0
-    first_sent = last_sent = None
-    async for ev in _events(req):
-        words = req.words[sent: ev["ct"]]
-        delta = (" " if sent else "") + " ".join(words)
+
+    def chunk(ev: dict) -> dict:
+        nonlocal sent
+        delta = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]])
         sent = ev["ct"]
-        chunk: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": delta},
-                                              "finish_reason": "length" if ev["finished"] else None}]}
+        out: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                               "choices": [{"index": 0, "delta": {"role": "assistant", "content": delta},
+                                            "finish_reason": "length" if ev["finished"] else None}]}
         if ev["finished"] and (ext := sglext(_meta(st, req, ev))) is not None:
-            chunk["sglext"] = ext
-        await resp.write(_sse(chunk))
-        last_sent = time.perf_counter()
-        first_sent = first_sent or last_sent
-    _record_sent(st, req, first_sent, last_sent)
-    if include_usage:
-        await resp.write(_sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                               "choices": [], "usage": usage(sent)}))
-    await resp.write(b"data: [DONE]\n\n")
-    return resp
+            out["sglext"] = ext
+        return out
+
+    def after(last: dict) -> list[dict]:
+        return [{"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                 "choices": [], "usage": usage(sent)}] if include_usage else []
+
+    return await _stream(request, st, req, chunk, after)
 
 
 HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"  # sglang/srt/constants.py:12
@@ -422,23 +438,25 @@ async def completions(request: web.Request) -> web.StreamResponse:
             out["sglext"] = ext
         return web.json_response(out)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    resp = await _event_stream(request)
     sent = 0
-    async for ev in _events(req):
+
+    def chunk(ev: dict) -> dict:
+        nonlocal sent
         text = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]])
         sent = ev["ct"]
-        chunk: dict[str, Any] = {"id": cid, "object": "text_completion", "created": created, "model": model,
-                                 "choices": [{"index": 0, "text": text, "logprobs": None,
-                                              "finish_reason": "length" if ev["finished"] else None,
-                                              "matched_stop": None}]}
+        out: dict[str, Any] = {"id": cid, "object": "text_completion", "created": created, "model": model,
+                               "choices": [{"index": 0, "text": text, "logprobs": None,
+                                            "finish_reason": "length" if ev["finished"] else None,
+                                            "matched_stop": None}]}
         if ev["finished"] and (ext := sglext(ev)) is not None:
-            chunk["sglext"] = ext
-        await resp.write(_sse(chunk))
-    if include_usage:
-        await resp.write(_sse({"id": cid, "object": "text_completion", "created": created, "model": model,
-                               "choices": [], "usage": usage(sent)}))
-    await resp.write(b"data: [DONE]\n\n")
-    return resp
+            out["sglext"] = ext
+        return out
+
+    def after(last: dict) -> list[dict]:
+        return [{"id": cid, "object": "text_completion", "created": created, "model": model,
+                 "choices": [], "usage": usage(sent)}] if include_usage else []
+
+    return await _stream(request, st, req, chunk, after)
 
 
 def server_info_dict(st: AppState) -> dict[str, Any]:

@@ -243,3 +243,46 @@ def test_baseline_server_and_sigterm(servers):
     assert srv.proc.wait(timeout=10) == 0  # exits on its own (no SIGKILL), however loaded the machine
     truth = load_truth(srv.truth_path)
     assert {"base-0"} <= set(truth.requests) and len(truth.requests) == 3
+
+
+@pytest.mark.integration
+def test_every_streaming_endpoint_records_sent_truth_and_aborts_on_disconnect(tmp_path):
+    """/generate, /v1/completions and /v1/chat/completions share one streaming skeleton
+    (lab/emulator/http.py): a finished stream writes its "sent" ground-truth line (first and
+    last chunk on the wire), and a client that hangs up mid-stream gets its request aborted
+    (the engine's request line says ``finish_reason: abort`` and fewer tokens than asked)."""
+    bodies = {
+        "/generate": lambda rid, n: {"text": "Explain CUDA graphs.", "rid": rid, "stream": True,
+                                     "sampling_params": {"max_new_tokens": n, "temperature": 0}},
+        "/v1/completions": lambda rid, n: {"prompt": "Explain CUDA graphs.", "rid": rid, "stream": True,
+                                           "max_tokens": n, "temperature": 0},
+        "/v1/chat/completions": lambda rid, n: {"messages": [{"role": "user", "content": "Explain CUDA graphs."}],
+                                                "rid": rid, "stream": True, "max_tokens": n, "temperature": 0},
+    }
+    srv = Server(tmp_path, "skeleton", ["--emulator-profile", "fast"])
+
+    async def run() -> None:
+        await srv.wait_ready()
+        async with aiohttp.ClientSession() as s:
+            for i, (path, body) in enumerate(bodies.items()):
+                async with s.post(srv.url + path, json=body(f"full-{i}", 8)) as r:
+                    assert r.status == 200 and (await r.text()).rstrip().endswith("data: [DONE]")
+        for i, (path, body) in enumerate(bodies.items()):
+            s = aiohttp.ClientSession()
+            r = await s.post(srv.url + path, json=body(f"cut-{i}", 100_000))
+            await r.content.readline()  # the first chunk arrived: the stream runs
+            r.close()  # hang up mid-stream
+            await s.close()
+        await asyncio.sleep(1.0)  # the server notices at its next write; the engine drops the request
+
+    try:
+        asyncio.run(run())
+    finally:
+        srv.stop()
+    truth = load_truth(srv.truth_path)
+    for i, path in enumerate(bodies):
+        sent = truth.sent.get(f"full-{i}")
+        assert sent and sent["first_sent"] <= sent["last_sent"], path
+        assert truth.requests[f"full-{i}"]["completion_tokens"] == 8, path
+        cut = truth.requests.get(f"cut-{i}")
+        assert cut and cut["finish_reason"] == "abort" and cut["completion_tokens"] < 100_000, (path, cut)
