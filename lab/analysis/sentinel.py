@@ -57,8 +57,8 @@ __all__ = ["NOT_WORKLOAD", "gpu_model", "config_fingerprint", "file_sha256",
 #: the measured points. Every other ``bench`` key is part of the workload hash. (The metrics
 #: watched are those :mod:`lab.catalog` marks ``sentinel``, :func:`lab.catalog.sentinel_metrics`.)
 NOT_WORKLOAD = frozenset({"ngram_n", "ngram_repeat_threshold", "degenerate_max_fraction", "sentinel_history_runs",
-                          "sentinel_alpha", "sentinel_min_effect", "request_timeout_s", "profile",
-                          "profile_requests", "profile_max_new_tokens"})
+                          "sentinel_alpha", "sentinel_min_effect", "request_timeout_s", "trace",
+                          "trace_requests", "trace_max_new_tokens"})
 #: Earlier launches needed before a change can be flagged (a spread needs two values).
 MIN_HISTORY = 2
 

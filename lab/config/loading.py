@@ -15,7 +15,11 @@ from lab.config import schema
 from lab.config.paths import repo_root
 from lab.config.schema import LabParams, ParamsError
 
-__all__ = ["load_params"]
+__all__ = ["load_params", "RENAMED"]
+
+#: Keys ``params.yaml`` once had, and their names now: the error says the new one.
+RENAMED = {"bench.profile": "bench.trace", "bench.profile_requests": "bench.trace_requests",
+           "bench.profile_max_new_tokens": "bench.trace_max_new_tokens"}
 
 
 def _all_param_keys() -> set[str]:
@@ -35,8 +39,11 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             close = difflib.get_close_matches(str(e["loc"][-1]), _all_param_keys(), n=1)
-            msg = (f"unknown key. Fix: did you mean {close[0]!r}?" if close else
-                   "unknown key. Fix: remove it or check its spelling against README's params table")
+            if key in RENAMED:
+                msg = f"renamed. Fix: call it {RENAMED[key]} (\"profile\" is the emulator's cost profile only)"
+            else:
+                msg = (f"unknown key. Fix: did you mean {close[0]!r}?" if close else
+                       "unknown key. Fix: remove it or check its spelling against README's params table")
         elif e["type"] == "list_type":
             msg += f" (got {e.get('input')!r}). Fix: give a list, e.g. [{e.get('input')!r}]"
         elif e["type"] == "missing":

@@ -234,11 +234,12 @@ class BenchParams(Strict):
     # in every mode; lab.workload.dataset.output_lengths); 0 = every request decodes exactly L.
     output_tokens_spread: float = Field(0.0, ge=0.0, lt=1.0)
     # Profiler trace (lab/measure/trace_capture.py), off by default: after the measured levels,
-    # ``profile_requests`` requests of ``profile_max_new_tokens`` at concurrency 1 between
+    # ``trace_requests`` requests of ``trace_max_new_tokens`` at concurrency 1 between
     # SGLang's /start_profile and /stop_profile; per-step analysis in result.json and the report.
-    profile: bool = False
-    profile_requests: int = Field(2, ge=1)
-    profile_max_new_tokens: int = Field(16, ge=2)
+    # ("profile" is the emulator's cost profile, emulator.profile; this is a profiler trace.)
+    trace: bool = False
+    trace_requests: int = Field(2, ge=1)
+    trace_max_new_tokens: int = Field(16, ge=2)
     # Open-loop points (lab.workload.arrivals, lab.measure.client ``arrivals=``), measured in the
     # same launch after the concurrency levels: ``num_prompts`` requests per repeat arriving at
     # each rate (requests/s) with gamma inter-arrival times of shape ``burstiness`` (1.0 =

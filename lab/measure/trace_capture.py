@@ -1,4 +1,4 @@
-"""``bench.profile``: a torch-profiler trace of a few concurrency-1 cycles through SGLang's own
+"""``bench.trace``: a torch-profiler trace of a few concurrency-1 cycles through SGLang's own
 profiling endpoints, then the per-cycle analysis of :mod:`lab.profiling.trace`.
 
 SGLang 0.5.23 (paths under ``sglang/srt/``, checked against the wheel's source):
@@ -35,26 +35,26 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["ProfileCaptureError", "profile_request_body", "post_profile", "capture_profile", "profile_metrics",
+__all__ = ["TraceCaptureError", "start_profile_body", "post_profiler", "capture_trace", "trace_metrics",
            "TRACE_PREFIX"]
 
 TRACE_PREFIX = "lab"
 
 
-class ProfileCaptureError(RuntimeError):
+class TraceCaptureError(RuntimeError):
     """The server refused or failed a profiling request, or wrote no trace."""
 
 
-def profile_request_body(output_dir: Path, profile_id: str) -> dict[str, Any]:
+def start_profile_body(output_dir: Path, profile_id: str) -> dict[str, Any]:
     """The ``/start_profile`` JSON body (``ProfileReq`` fields of SGLang 0.5.23)."""
     return {"output_dir": str(Path(output_dir).resolve()), "activities": ["CPU", "GPU"], "with_stack": False,
             "record_shapes": False, "profile_id": profile_id, "profile_prefix": TRACE_PREFIX}
 
 
-def post_profile(base_url: str, endpoint: str, body: dict[str, Any] | None, timeout_s: float) -> str:
+def post_profiler(base_url: str, endpoint: str, body: dict[str, Any] | None, timeout_s: float) -> str:
     """POST ``body`` (JSON) to ``{base_url}/{endpoint}``; returns the response text.
 
-    :raises ProfileCaptureError: non-2xx status (with the server's message) or no answer.
+    :raises TraceCaptureError: non-2xx status (with the server's message) or no answer.
     """
     data = json.dumps(body).encode() if body is not None else b""
     req = urllib.request.Request(f"{base_url}/{endpoint}", data=data, method="POST",
@@ -64,21 +64,21 @@ def post_profile(base_url: str, endpoint: str, body: dict[str, Any] | None, time
             return resp.read().decode(errors="replace")
     except urllib.error.HTTPError as exc:
         msg = exc.read().decode(errors="replace")[:500]
-        raise ProfileCaptureError(f"/{endpoint} answered HTTP {exc.code}: {msg}") from None
+        raise TraceCaptureError(f"/{endpoint} answered HTTP {exc.code}: {msg}") from None
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        raise ProfileCaptureError(f"/{endpoint} failed: {exc}") from None
+        raise TraceCaptureError(f"/{endpoint} failed: {exc}") from None
 
 
-def capture_profile(base_url: str, out_dir: str | Path, *, mode: str, texts: list[tuple[int, str]],
+def capture_trace(base_url: str, out_dir: str | Path, *, mode: str, texts: list[tuple[int, str]],
                     max_new_tokens: int, temperature: float, request_timeout_s: float,
                     stop_timeout_s: float = 600.0, modelled: bool = False,
                     log: Callable[[str], Any] = print) -> dict[str, Any]:
     """Profile ``len(texts)`` requests at concurrency 1 and analyse the trace.
 
-    :param out_dir: the mode's profile folder (emptied first); the server writes the trace here.
+    :param out_dir: the mode's trace folder (emptied first); the server writes the trace here.
     :param texts: ``(prompt_index, text)`` pairs, sent one at a time.
     :param modelled: the engine is the emulator (the result and captions say "modelled").
-    :returns: ``{"status": "ok" | "failed: ...", "modelled", "trace" (path), "trace_bytes",
+    :returns: ``{"status": "ok" | "failed: ...", "modelled", "file" (the trace's path), "file_bytes",
         "requests", "analysis": {"by_stage", "cycle_summary", "cycles", "steps", "events"}}``;
         never raises for a server-side failure (the measured levels stay intact).
     """
@@ -94,21 +94,21 @@ def capture_profile(base_url: str, out_dir: str | Path, *, mode: str, texts: lis
                               "requests": len(texts), "max_new_tokens": max_new_tokens}
     started = False
     try:
-        post_profile(base_url, "start_profile", profile_request_body(out, profile_id), 60.0)
+        post_profiler(base_url, "start_profile", start_profile_body(out, profile_id), 60.0)
         started = True
         recs = client.run_requests_sync(base_url, texts, concurrency=1, max_new_tokens=max_new_tokens,
                                         temperature=temperature, timeout_s=request_timeout_s,
-                                        rid_prefix=f"{mode}-profile", progress_desc=None, mode=mode)
+                                        rid_prefix=f"{mode}-trace", progress_desc=None, mode=mode)
         result["requests_ok"] = sum(1 for r in recs if r.get("ok"))
         started = False
-        post_profile(base_url, "stop_profile", None, stop_timeout_s)
+        post_profiler(base_url, "stop_profile", None, stop_timeout_s)
         traces = sorted(out.glob(f"{TRACE_PREFIX}-{profile_id}-TP-0*.trace.json*"))
         if not traces:
-            raise ProfileCaptureError(f"no trace {TRACE_PREFIX}-{profile_id}-TP-0.trace.json.gz in {out} after "
+            raise TraceCaptureError(f"no trace {TRACE_PREFIX}-{profile_id}-TP-0.trace.json.gz in {out} after "
                                       f"/stop_profile (found {sorted(p.name for p in out.iterdir())})")
         trace = traces[0]
         ana = analyze_trace(trace, mode=mode)
-        result.update(status="ok", trace=str(trace), trace_bytes=trace.stat().st_size,
+        result.update(status="ok", file=str(trace), file_bytes=trace.stat().st_size,
                       analysis={k: ana[k] for k in ("by_stage", "cycle_summary", "cycles", "steps", "events")})
         cs = ana["cycle_summary"]
         log(f"[lab] {mode}: profiled {len(texts)} request(s){' (modelled)' if modelled else ''}: "
@@ -120,8 +120,8 @@ def capture_profile(base_url: str, out_dir: str | Path, *, mode: str, texts: lis
     finally:
         if started:  # requests failed mid-way: do not leave the server profiling
             try:
-                post_profile(base_url, "stop_profile", None, stop_timeout_s)
-            except ProfileCaptureError:
+                post_profiler(base_url, "stop_profile", None, stop_timeout_s)
+            except TraceCaptureError:
                 pass
     return result
 
@@ -130,14 +130,14 @@ _METRIC_KEYS = ("wall_ms_p50", "gpu_busy_ms_p50", "idle_share_p50", "host_gap_sh
                 "eager_launches_p50", "graph_launches_p50", "allreduce_count_p50", "allreduce_ms_p50")
 
 
-def profile_metrics(profile: dict[str, Any] | None) -> dict[str, float | None]:
-    """Flat MLflow metrics of a :func:`capture_profile` result: ``profile.<step>.<median>`` per
-    step stage (``profile.verify.wall_ms_p50``, ...) and ``profile.cycle.<median>``; ``{}`` unless ok."""
-    if not profile or profile.get("status") != "ok":
+def trace_metrics(trace: dict[str, Any] | None) -> dict[str, float | None]:
+    """Flat MLflow metrics of a :func:`capture_trace` result: ``trace.<step>.<median>`` per
+    step stage (``trace.verify.wall_ms_p50``, ...) and ``trace.cycle.<median>``; ``{}`` unless ok."""
+    if not trace or trace.get("status") != "ok":
         return {}
-    ana = profile["analysis"]
+    ana = trace["analysis"]
     out: dict[str, float | None] = {}
     for stage, s in [*ana["by_stage"].items(), ("cycle", ana["cycle_summary"])]:
         for k in _METRIC_KEYS:
-            out[f"profile.{stage.lower()}.{k}"] = s.get(k)
+            out[f"trace.{stage.lower()}.{k}"] = s.get(k)
     return out

@@ -36,7 +36,7 @@ from lab.engine.command import build_server_command
 from lab.measure import hygiene
 from lab.measure.point import measure_point, measurement_points
 from lab.measure.result import ModeResult
-from lab.pipeline.lifetime import capture_profile, check_writable, engine, prepare, warm_up
+from lab.pipeline.lifetime import capture_trace, check_writable, engine, prepare, warm_up
 from lab.tracking.grouping import mode_run_name, pipeline_parent
 from lab.tracking.params_log import mode_run_params
 from lab.tracking.record import log_engine, record
@@ -84,7 +84,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                         res.runs.append(measure_point(
                             srv, point, rep, bench=params.bench, prompts=prompts, out=out, req_file=req_file,
                             speculative=params.mode(mode_name).is_speculative, result=res, log=log))
-            capture_profile(srv, params.bench, prompts, out, res, log, modelled=truth_path is not None)
+            capture_trace(srv, params.bench, prompts, out, res, log, modelled=truth_path is not None)
         _aggregate(params, res, truth_path, log)
     except BaseException as exc:
         res.fail(exc, levels_partial=aggregate_levels(res.runs))

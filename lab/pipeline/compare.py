@@ -38,10 +38,10 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     :param track: log the MLflow comparison run (and finish the pipeline's parent run).
     :returns: the summary of :func:`lab.analysis.compare.summarize` with ``paired`` speedups,
         ``caption``, ``effective_config``, ``warnings``, ``lossless``, ``figures`` (name -> path),
-        ``profile`` and, when logged, ``mlflow_run_id``.
+        ``trace`` and, when logged, ``mlflow_run_id``.
     :raises lab.analysis.compare.CompareError: a mode's results are missing or failed.
     """
-    from lab.profiling.report import profile_section  # bench.profile traces, when captured
+    from lab.profiling.report import trace_section  # bench.trace profiler traces, when captured
     from lab.report import figures
     from lab.report import html as report
     from lab.report.answer import answer_markdown
@@ -72,9 +72,9 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     write_categories_csv(add_taskmix(summary, results, res_dir, requests_frame(res_dir, modes)),
                          rep_dir / "categories.csv")  # dvc plots
     summary["figures"].update(draw_taskmix(summary, rep_dir / "figures"))
-    summary["profile"] = profile_section(results, rep_dir / "figures", baseline=baseline, caption=summary["caption"])
-    if summary["profile"] and summary["profile"]["figure"]:
-        summary["figures"]["verify_time_breakdown"] = summary["profile"]["figure"]
+    summary["trace"] = trace_section(results, rep_dir / "figures", baseline=baseline, caption=summary["caption"])
+    if summary["trace"] and summary["trace"]["figure"]:
+        summary["figures"]["verify_time_breakdown"] = summary["trace"]["figure"]
     # open-loop load: goodput under bench.slo, "beats up to N req/s", the Pareto points and figures
     summary["load_flat"], pareto = add_load(summary, runs, results, baseline)
     if pareto is not None:

@@ -13,7 +13,7 @@ function that fills in the mode's :class:`lab.measure.result.ModeResult`:
   read back from ``/server_info`` (:mod:`lab.engine.effective`, :mod:`lab.tracking.versions`);
   the engine group is stopped on leaving, however it is left;
 - :func:`warm_up` until the engine's speed is stable (:mod:`lab.measure.hygiene`);
-- :func:`capture_profile`: the optional torch-profiler trace (:mod:`lab.measure.trace_capture`).
+- :func:`capture_trace`: the optional torch-profiler trace (:mod:`lab.measure.trace_capture`).
 
 It lives in ``pipeline/`` (not ``engine/``) because it wires engine, measure and workload
 modules together; the engine modules it calls know nothing of a mode's result.
@@ -41,7 +41,7 @@ from lab.measure.result import ModeResult
 from lab.tracking.versions import version_tags
 from lab.workload.dataset import workload
 
-__all__ = ["check_writable", "prepare", "engine", "warm_up", "capture_profile", "sigterm_as_exit", "STALE_RESULTS"]
+__all__ = ["check_writable", "prepare", "engine", "warm_up", "capture_trace", "sigterm_as_exit", "STALE_RESULTS"]
 
 #: Files of ``results/<mode>/`` an earlier run left; removed once preflight passed.
 STALE_RESULTS = ("metrics.json", "result.json", "requests.jsonl", "runs.json", "server.log", "ground_truth.jsonl")
@@ -92,7 +92,7 @@ def prepare(params: LabParams, cmd: ServerCommand, out: Path, result: ModeResult
     # Only now, with the engine about to start, do the previous results go.
     for stale in STALE_RESULTS:
         (out / stale).unlink(missing_ok=True)
-    shutil.rmtree(out / "profile", ignore_errors=True)  # an earlier bench.profile trace
+    shutil.rmtree(out / "trace", ignore_errors=True)  # an earlier bench.trace
     result.environment_tags = capture_environment(out / "environment", python=cmd.argv[0],
                                                   server_env=cmd.env, engine=params.engine)
 
@@ -142,17 +142,17 @@ def warm_up(srv: ServerProcess, bench: BenchParams, prompts: list[str], out: Pat
     check_alive(srv, f"{mode} warm-up", out)
 
 
-def capture_profile(srv: ServerProcess, bench: BenchParams, prompts: list[str], out: Path, result: ModeResult,
+def capture_trace(srv: ServerProcess, bench: BenchParams, prompts: list[str], out: Path, result: ModeResult,
                     log=print, *, modelled: bool) -> None:
-    """With ``bench.profile``: a torch-profiler trace via SGLang's ``/start_profile``
-    (:func:`lab.measure.trace_capture.capture_profile`) into ``out/profile`` and ``result.profile``;
+    """With ``bench.trace``: a torch-profiler trace via SGLang's ``/start_profile``
+    (:func:`lab.measure.trace_capture.capture_trace`) into ``out/trace`` and ``result.trace``;
     ``modelled``: the engine is the emulator (its trace is a model, and says so)."""
     b = bench
-    if not b.profile:
+    if not b.trace:
         return
-    from lab.measure.trace_capture import capture_profile as capture
+    from lab.measure.trace_capture import capture_trace as capture
 
-    result.profile = capture(
-        srv.base_url, out / "profile", mode=result.mode, modelled=modelled,
-        texts=workload(prompts, b.profile_requests, b.seed + 20_000), max_new_tokens=b.profile_max_new_tokens,
+    result.trace = capture(
+        srv.base_url, out / "trace", mode=result.mode, modelled=modelled,
+        texts=workload(prompts, b.trace_requests, b.seed + 20_000), max_new_tokens=b.trace_max_new_tokens,
         temperature=b.temperature, request_timeout_s=b.request_timeout_s, log=log)

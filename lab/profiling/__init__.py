@@ -4,7 +4,7 @@ Modules: :mod:`~lab.profiling.trace` (parse a Chrome trace JSON, possibly gzippe
 per-step and per-cycle rows; standard library only, so it runs on the device machine where
 pydantic is absent) and :mod:`~lab.profiling.report` (Markdown table and figure for the
 report). Taking a trace from a running engine (SGLang 0.5.23's ``/start_profile`` and
-``/stop_profile`` around a few concurrency-1 requests, ``bench.profile``) is a measurement:
+``/stop_profile`` around a few concurrency-1 requests, ``bench.trace``) is a measurement:
 :mod:`lab.measure.trace_capture`.
 
 Importing this package needs only the standard library.

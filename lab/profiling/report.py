@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from lab.atomic import savefig_atomic
 
-__all__ = ["stage_rows", "markdown_table", "where_time_goes", "plot_time_breakdown", "profile_section", "FIGURE_FILE"]
+__all__ = ["stage_rows", "markdown_table", "where_time_goes", "plot_time_breakdown", "trace_section", "FIGURE_FILE"]
 
 FIGURE_FILE = "verify_time_breakdown.png"
 
@@ -133,10 +133,10 @@ def plot_time_breakdown(rows: list[dict[str, Any]], path: str | Path, *, title: 
     return out
 
 
-def profile_section(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *, baseline: str | None,
+def trace_section(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *, baseline: str | None,
                     caption: str) -> dict[str, Any] | None:
-    """The report's profiling section from each mode's ``result.json`` (``result["profile"]``,
-    written by ``bench.profile``); None when no mode was profiled.
+    """The report's profiling section from each mode's ``result.json`` (``result["trace"]``,
+    written by ``bench.trace``); None when no mode was profiled.
 
     :param results: ``{mode: result}`` (:func:`lab.analysis.compare.load_results`).
     :param out_dir: where the figure goes (``verify_time_breakdown.png``).
@@ -145,7 +145,7 @@ def profile_section(results: Mapping[str, Mapping[str, Any]], out_dir: str | Pat
     :returns: ``{"modelled", "rows" (:func:`stage_rows`), "markdown", "sentences" ({mode: str}),
         "failed" ({mode: status}), "traces" ({mode: path}), "figure" (path or None)}``.
     """
-    prof = {m: r.get("profile") for m, r in results.items() if r.get("profile")}
+    prof = {m: r.get("trace") for m, r in results.items() if r.get("trace")}
     if not prof:
         return None
     ok = {m: p for m, p in prof.items() if p.get("status") == "ok" and p.get("analysis")}
@@ -170,4 +170,4 @@ def profile_section(results: Mapping[str, Mapping[str, Any]], out_dir: str | Pat
                                          caption=caption + note))
     return {"modelled": modelled, "rows": rows, "markdown": markdown_table(rows), "sentences": sentences,
             "failed": {m: p.get("status") for m, p in prof.items() if m not in ok},
-            "traces": {m: p.get("trace") for m, p in ok.items()}, "figure": figure}
+            "traces": {m: p.get("file") for m, p in ok.items()}, "figure": figure}

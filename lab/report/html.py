@@ -87,11 +87,11 @@ break-even accept length = (draft_ms + verify_ms) / decode_ms (Leviathan et al. 
 Transformers via Speculative Decoding"; EAGLE-3, Li et al. 2025).</p>
 <p>Per mode, at its lowest concurrency (comparison.json has every level):</p>
 <ul>{% for b in break_even %}<li>{{ b.explanation }}</li>{% else %}<li>No speculative mode with verify timings and a baseline.</li>{% endfor %}</ul>
-{% if profile %}<h2>Where the verify time goes (torch-profiler trace{% if profile.modelled %}, MODELLED by the emulator{% endif %})</h2>
+{% if trace %}<h2>Where the verify time goes (torch-profiler trace{% if trace.modelled %}, MODELLED by the emulator{% endif %})</h2>
 <p>GPU busy = union of kernel intervals; a host launch gap = GPU idle before a kernel the host had not yet launched
-(lab/profiling/trace.py). Traces: the <code>profile/</code> artifacts of each mode's MLflow run (open in ui.perfetto.dev).</p>
-<ul>{% for m, s in profile.sentences.items() %}<li>{{ s }}</li>{% endfor %}{% for m, st in profile.failed.items() %}<li>{{ m }}: profiling {{ st }}</li>{% endfor %}</ul>
-{{ profile_table | safe }}{% endif %}
+(lab/profiling/trace.py). Traces: the <code>trace/</code> artifacts of each mode's MLflow run (open in ui.perfetto.dev).</p>
+<ul>{% for m, s in trace.sentences.items() %}<li>{{ s }}</li>{% endfor %}{% for m, st in trace.failed.items() %}<li>{{ m }}: profiling {{ st }}</li>{% endfor %}</ul>
+{{ trace_table | safe }}{% endif %}
 {% if lossless_table %}<h2>Lossless check: output token ids against the baseline's, per prompt</h2>
 <p>Each request matched with the baseline's at the same point, repeat, slot and prompt (lab/analysis/lossless.py);
 first divergence: the first differing token position (0-based), the earliest over that prompt's requests.</p>
@@ -139,9 +139,9 @@ def _config_html(modes: Mapping[str, ModeParams], summary: dict[str, Any]) -> st
     return pd.DataFrame(rows).to_html(index=False, escape=True, border=0)
 
 
-def _profile_html(profile: dict[str, Any] | None) -> str:
+def _trace_html(trace: dict[str, Any] | None) -> str:
     """The per-mode, per-step profiling table (lab.profiling.report.stage_rows), or ""."""
-    if not profile or not profile.get("rows"):
+    if not trace or not trace.get("rows"):
         return ""
     rows = [{"mode": r["mode"], "step": r["stage"], "n": r["n"], "wall ms": r["wall_ms_p50"],
              "GPU busy ms": r["gpu_busy_ms_p50"], "idle share": r["idle_share_p50"],
@@ -149,7 +149,7 @@ def _profile_html(profile: dict[str, Any] | None) -> str:
              "eager launches": r["eager_launches_p50"], "graph replays": r["graph_launches_p50"],
              "all-reduces": r["allreduce_count_p50"], "all-reduce ms": r["allreduce_ms_p50"],
              "attention kernels per step": ", ".join(f"{k} x{v:g}" for k, v in r["attention_kernels"].items())}
-            for r in profile["rows"]]
+            for r in trace["rows"]]
     return pd.DataFrame(rows).to_html(index=False, escape=True, border=0, float_format=lambda v: f"{v:.3g}")
 
 
@@ -195,7 +195,7 @@ def write_report(summary: dict[str, Any], path: Path, *, engine: str, modes: Map
         engine=html.escape(engine), caption=summary.get("caption", ""),
         answer=answer_html(summary),  # the answer first; each warning once, naming its modes
         break_even=_lowest_level(summary.get("break_even", [])), table=summary_html(summary), figures=figures,
-        config_table=_config_html(modes, summary), profile=summary.get("profile"),
-        profile_table=_profile_html(summary.get("profile")), lossless_table=_lossless_html(summary.get("lossless")))
+        config_table=_config_html(modes, summary), trace=summary.get("trace"),
+        trace_table=_trace_html(summary.get("trace")), lossless_table=_lossless_html(summary.get("lossless")))
     write_text_atomic(path, text)
     return path

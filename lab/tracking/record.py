@@ -94,7 +94,7 @@ def log_mode_run(run: RunHandle, out: Path, result: dict[str, Any], status: str,
 
     Tags (status, engine version, environment, sentinel, warnings), metrics (headline,
     95 % interval bounds, startup phases, ``by_concurrency.*`` per level at step =
-    concurrency, profile), artifacts (:data:`ARTIFACTS`, ``profile/``, ``environment/``).
+    concurrency, trace), artifacts (:data:`ARTIFACTS`, ``trace/``, ``environment/``).
     A tracking failure keeps the results and says how to re-log (never raises it).
     """
     try:
@@ -117,11 +117,11 @@ def log_mode_run(run: RunHandle, out: Path, result: dict[str, Any], status: str,
         # The executed notebook is logged by the stage runner (lab.pipeline.stage) once papermill has written it.
         for name in ARTIFACTS:
             run.log_artifact(out / name)
-        if (result.get("profile") or {}).get("trace"):  # Chrome trace: opens in ui.perfetto.dev
-            from lab.measure.trace_capture import profile_metrics
+        if (result.get("trace") or {}).get("file"):  # Chrome trace: opens in ui.perfetto.dev
+            from lab.measure.trace_capture import trace_metrics
 
-            run.log_artifact(Path(result["profile"]["trace"]), "profile")
-            run.log_metrics(profile_metrics(result["profile"]))
+            run.log_artifact(Path(result["trace"]["file"]), "trace")
+            run.log_metrics(trace_metrics(result["trace"]))
         env_dir = out / "environment"
         for path in sorted(env_dir.glob("*")) if env_dir.is_dir() else []:
             run.log_artifact(path, "environment")

@@ -1,8 +1,8 @@
-"""bench.profile's capture (lab/measure/trace_capture.py) against a live emulator, and the profiling
+"""bench.trace's capture (lab/measure/trace_capture.py) against a live emulator, and the profiling
 surfaces against SGLang 0.5.23's source.
 
 The test starts ``python -m lab.emulator``, profiles two requests through /start_profile and
-/stop_profile the way ``bench.profile`` does, and checks the trace against the emulator's
+/stop_profile the way ``bench.trace`` does, and checks the trace against the emulator's
 ground-truth file (what it actually ran) and the kernel counts of its cost profile.
 """
 
@@ -23,7 +23,7 @@ import pytest
 from lab.emulator.profile import load_profile
 from lab.emulator.truth import load_truth
 from lab.engine.ports import free_port
-from lab.measure.trace_capture import TRACE_PREFIX, capture_profile, profile_request_body
+from lab.measure.trace_capture import TRACE_PREFIX, capture_trace, start_profile_body
 # sglang_nodeps: the shared fixture of tests/conftest.py (SGLang 0.5.23's source, no deps)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,12 +69,12 @@ def test_capture_against_live_emulator(tmp_path):
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "emulator.log").read_text()
             time.sleep(0.05)
         assert _post(url + "/stop_profile") == (500, "Profiling is not in progress. Call /start_profile first.")
-        res = capture_profile(url, tmp_path / "profile", mode="eagle3_prefill", modelled=True,
+        res = capture_trace(url, tmp_path / "trace", mode="eagle3_prefill", modelled=True,
                               texts=[(0, "Explain CUDA graphs."), (1, "What is speculative decoding?")],
                               max_new_tokens=12, temperature=0.0, request_timeout_s=60, log=lambda s: None)
         assert res["status"] == "ok", res["status"]
         assert res["requests_ok"] == 2
-        trace = Path(res["trace"])
+        trace = Path(res["file"])
         assert trace.name.startswith(f"{TRACE_PREFIX}-eagle3_prefill-") and trace.name.endswith("-TP-0.trace.json.gz")
         assert json.loads(gzip.decompress(trace.read_bytes()))["modelled"] is True
     finally:
@@ -109,7 +109,7 @@ def test_capture_against_live_emulator(tmp_path):
     assert len(cyc) == len(expect) >= 2 * 2
     assert [c["wall_ms"] for c in cyc] == pytest.approx(expect, abs=1e-6)
     assert all(c["stages"] == {"DRAFT": 2, "VERIFY": 1} for c in cyc)
-    body = profile_request_body(tmp_path, "x")
+    body = start_profile_body(tmp_path, "x")
     assert body["activities"] == ["CPU", "GPU"] and body["with_stack"] is False and Path(body["output_dir"]).is_absolute()
 
 
@@ -124,7 +124,7 @@ def test_profile_surfaces_match_sglang_source(sglang_nodeps):
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ProfileReq")
     fields = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)}
     assert et._KNOWN_FIELDS == fields
-    assert set(profile_request_body(Path("/x"), "id")) <= fields
+    assert set(start_profile_body(Path("/x"), "id")) <= fields
     http = (srt / "entrypoints" / "http_server.py").read_text()
     for route in ('@app.api_route("/start_profile", methods=["GET", "POST"])',
                   '@app.api_route("/stop_profile", methods=["GET", "POST"])',

@@ -77,3 +77,12 @@ def test_sqlite_uri_resolves_to_main_repo_from_dvc_exp_tempdir(tmp_path):
     assert main_repo_root(exp_dir) == tmp_path / "repo"
     assert p.mlflow.resolved_tracking_uri(exp_dir) == f"sqlite:///{tmp_path / 'repo' / 'mlflow.db'}"
     assert p.mlflow.resolved_tracking_uri(tmp_path) == f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def test_a_renamed_key_names_its_new_name(tmp_path):
+    """bench.profile (a profiler trace) became bench.trace: "profile" is the emulator's cost profile."""
+    p = write(tmp_path, lambda r: r["bench"].update(profile=True, profile_requests=3))
+    with pytest.raises(ParamsError) as err:
+        load_params(p)
+    assert "bench.profile: renamed. Fix: call it bench.trace" in str(err.value)
+    assert "bench.profile_requests: renamed. Fix: call it bench.trace_requests" in str(err.value)

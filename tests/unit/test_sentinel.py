@@ -115,7 +115,7 @@ def test_config_hash_covers_everything_that_changes_the_measurement(tmp_path):
                {"repeats": 5}, {"warmup_requests": 4}, {"request_rates": [2.0]}, {"burstiness": 0.5},
                {"rate_max_concurrency": 4}):  # the open-loop settings too (issue 20)
         assert changed("bench", **kv) != h0, kv
-    for kv in ({"sentinel_alpha": 0.05}, {"request_timeout_s": 60}, {"ngram_n": 3}, {"profile": True}):
+    for kv in ({"sentinel_alpha": 0.05}, {"request_timeout_s": 60}, {"ngram_n": 3}, {"trace": True}):
         assert changed("bench", **kv) == h0, kv
     # every bench key is hashed unless NOT_WORKLOAD names it: a new key cannot be forgotten
     from lab.analysis.sentinel import NOT_WORKLOAD

@@ -1,4 +1,4 @@
-"""bench.profile end to end on the CPU: emulator -> /start_profile .. /stop_profile -> trace ->
+"""bench.trace end to end on the CPU: emulator -> /start_profile .. /stop_profile -> trace ->
 analysis in result.json -> MLflow artifact and metrics -> compare: report section and figure.
 
 The trace is checked against what the emulator actually ran (its ground-truth file), never
@@ -24,22 +24,22 @@ MODES = ["baseline", "eagle3_prefill"]
 
 
 @pytest.mark.integration
-def test_bench_profile_through_report(tmp_path):
-    params = small_params(tmp_path, num_prompts=2, concurrency=[1], max_new_tokens=8, profile=True,
-                          profile_requests=2, profile_max_new_tokens=10)
+def test_bench_trace_through_report(tmp_path):
+    params = small_params(tmp_path, num_prompts=2, concurrency=[1], max_new_tokens=8, trace=True,
+                          trace_requests=2, trace_max_new_tokens=10)
     assert params.emulator.profile == "kimi_k25_tp8_pcie"
     kernels = load_profile(params.emulator.profile)[0].kernels
     results = {m: run_mode(params, m, tmp_path / "results" / m, log=lambda s: None) for m in MODES}
 
     for mode, res in results.items():
-        prof = res["profile"]
+        prof = res["trace"]
         assert prof["status"] == "ok", prof["status"]
         assert prof["modelled"] is True and prof["requests_ok"] == 2
-        trace = Path(prof["trace"])
-        assert trace.parent == tmp_path / "results" / mode / "profile"
+        trace = Path(prof["file"])
+        assert trace.parent == tmp_path / "results" / mode / "trace"
         assert json.loads(gzip.decompress(trace.read_bytes()))["modelled"] is True
         truth = load_truth(tmp_path / "results" / mode / "ground_truth.jsonl")
-        ran = [it for it in truth.iterations if it["tokens"] and all("-profile-" in r for r in it["tokens"])]
+        ran = [it for it in truth.iterations if it["tokens"] and all("-trace-" in r for r in it["tokens"])]
         steps = prof["analysis"]["steps"]
         stage, key = ("VERIFY", "verify_s") if mode != "baseline" else ("DECODE", "decode_s")
         traced = [s for s in steps if s["stage"] == stage]
@@ -58,12 +58,12 @@ def test_bench_profile_through_report(tmp_path):
 
     client = MlflowClient(tracking_uri=params.mlflow.tracking_uri)
     run = client.get_run(results["eagle3_prefill"]["mlflow_run_id"])
-    assert [a.path for a in client.list_artifacts(run.info.run_id, "profile")] == \
-        [f"profile/{Path(results['eagle3_prefill']['profile']['trace']).name}"]
-    assert run.data.metrics["profile.verify.kernels_p50"] == kernels.target_forward.value
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "trace")] == \
+        [f"trace/{Path(results['eagle3_prefill']['trace']['file']).name}"]
+    assert run.data.metrics["trace.verify.kernels_p50"] == kernels.target_forward.value
 
     summary = run_compare(params, MODES, tmp_path / "results", tmp_path / "reports")
-    sec = summary["profile"]
+    sec = summary["trace"]
     assert sec["modelled"] and not sec["failed"]
     assert sec["sentences"]["eagle3_prefill"].startswith("In eagle3_prefill, verify takes")
     assert "host launch gaps" in sec["sentences"]["eagle3_prefill"] and "modelled" in sec["sentences"]["eagle3_prefill"]
@@ -73,4 +73,4 @@ def test_bench_profile_through_report(tmp_path):
     cmp_run = client.get_run(summary["mlflow_run_id"])
     figs = [a.path for a in client.list_artifacts(cmp_run.info.run_id, "figures")]
     assert "figures/verify_time_breakdown.png" in figs
-    assert json.loads((tmp_path / "reports" / "comparison.json").read_text())["profile"]["modelled"] is True
+    assert json.loads((tmp_path / "reports" / "comparison.json").read_text())["trace"]["modelled"] is True
