@@ -8,7 +8,7 @@ for it. Every consumer reads :data:`METRICS` when it runs (never a copy taken at
 metric added here appears in each place it names:
 
 - aggregation over repeats (:mod:`lab.analysis.aggregate`, :mod:`lab.analysis.stats`),
-- the comparison (:mod:`lab.analysis.compare`), the tables and summary files
+- the comparison (:mod:`lab.analysis.comparison`), the tables and summary files
   (:mod:`lab.report.tables`), ``report.html`` (:mod:`lab.report.html`), the answer
   (:mod:`lab.report.answer`) and the comparison's MLflow run,
 - the sentinel (:mod:`lab.analysis.sentinel`) and the accuracy check against the emulator's

@@ -181,7 +181,7 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
              baseline: str | None) -> tuple[dict[str, float], list[dict[str, Any]] | None]:
     """The comparison stage's load section: goodput speedups per point, the Pareto points and
     frontier, and one sentence per speculative mode (the goodput means and intervals are the
-    comparison's, :func:`lab.analysis.compare.summarize`, as :mod:`lab.catalog` declares them).
+    comparison's, :func:`lab.analysis.comparison.summarize`, as :mod:`lab.catalog` declares them).
 
     Adds to every non-baseline ``summary["modes"][mode][point]`` entry
     ``speedup_goodput_req_s`` (:func:`goodput_speedup`) and ``request_rate`` at rate points; the
@@ -190,7 +190,7 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
     compare stage (:mod:`lab.pipeline.compare`) writes the Pareto rows to ``reports/pareto.csv``
     and draws them (:func:`lab.report.load_figures.pareto_figures`).
 
-    :param runs: :func:`lab.analysis.compare.runs_frame` (one row per mode x point x repeat).
+    :param runs: :func:`lab.analysis.comparison.runs_frame` (one row per mode x point x repeat).
     :param results: ``mode -> result.json`` (each holds ``load.slo`` written by the bench stage).
     :returns: ``(flat, pareto)``: the flat MLflow/DVC metrics ``<mode>.beats_up_to_req_s`` (0 when
         it beats at no rate); the Pareto rows (one dict

@@ -111,7 +111,7 @@ class Engine:
         self._pending_record: tuple | None = None
         self._thread = threading.Thread(target=self._run, name="emulator-engine", daemon=True)
         self.error: BaseException | None = None
-        self.tracer = None  # lab.emulator.trace.EmulatorProfiler while /start_profile is served
+        self.tracer = None  # lab.emulator.modelled_trace.EmulatorProfiler while /start_profile is served
 
     # ----------------------------------------------------------------- control
     def start(self) -> None:
@@ -344,7 +344,7 @@ class Engine:
               "booked_s": {c: round(v, 9) for c, v in actual.items()}}
         self.iteration += 1
         self.truth.write(it)
-        if self.tracer is not None:  # /start_profile .. /stop_profile (lab/emulator/trace.py)
+        if self.tracer is not None:  # /start_profile .. /stop_profile (lab/emulator/modelled_trace.py)
             self.tracer.on_iteration(it, actual)
         for r in finished:
             if r.internal:

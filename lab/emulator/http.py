@@ -3,7 +3,7 @@
 Endpoints: ``GET /ready`` (cheap), ``/health``, ``/health_generate`` (a one-token generation,
 >= 1 s, like SGLang), ``/v1/models``, ``/server_info`` (and deprecated
 ``/get_server_info``), ``/metrics``; ``GET|POST /start_profile``, ``/stop_profile``
-(a modelled trace, :mod:`lab.emulator.trace`); ``POST /generate`` (SGLang native, SSE when
+(a modelled trace, :mod:`lab.emulator.modelled_trace`); ``POST /generate`` (SGLang native, SSE when
 ``stream``), ``POST /v1/completions`` and ``/v1/chat/completions`` (OpenAI format; ``sglext.spec_tokens_details``
 when ``return_spec_tokens_details``). ``meta_info`` keys follow
 ``sglang/srt/managers/tokenizer_manager.py`` (``_calculate_spec_decoding_metrics``);
@@ -504,7 +504,7 @@ def build_app(state: AppState) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/generate", generate)
     app.router.add_post("/v1/chat/completions", chat_completions)
-    from lab.emulator.trace import add_profile_routes
+    from lab.emulator.modelled_trace import add_profile_routes
 
     add_profile_routes(app, STATE_KEY)  # /start_profile, /stop_profile
     return app

@@ -119,7 +119,7 @@ class AcceptanceModel(_Strict):
 
 
 class KernelCounts(_Strict):
-    """MODELLED kernel counts per forward, for the emulator's profiler trace (lab/emulator/trace.py)."""
+    """MODELLED kernel counts per forward, for the emulator's profiler trace (lab/emulator/modelled_trace.py)."""
 
     target_forward: Num
     attention_per_target_forward: Num

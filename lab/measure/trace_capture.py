@@ -22,7 +22,7 @@ Between start and stop the lab sends ``requests`` requests one after another (co
 ``max_new_tokens`` each, the mode's own prompts), so the trace holds their prefill (EXTEND)
 steps and some tens of decode steps or draft + verify cycles. It runs after the measured
 levels, so it never disturbs them; a failure is recorded, never raised, so measured data are
-never lost. The emulator serves the same endpoints (:mod:`lab.emulator.trace`, modelled).
+never lost. The emulator serves the same endpoints (:mod:`lab.emulator.modelled_trace`, modelled).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The compare stage end to end (what ``notebooks/compare.ipynb`` calls): the comparison of
-:mod:`lab.analysis.compare`, then figures and report (:mod:`lab.report`), the summary files
+:mod:`lab.analysis.comparison`, then figures and report (:mod:`lab.report`), the summary files
 (:mod:`lab.report.tables`) and the MLflow comparison run (:mod:`lab.tracking.compare_log`).
 
 Inputs are ``results/<mode>/result.json``, ``runs.json`` and ``requests.jsonl`` written by
@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lab.analysis.compare import (add_lossless, engine_caption, lean_numbers, load_results, requests_frame,
+from lab.analysis.comparison import (add_lossless, engine_caption, lean_numbers, load_results, requests_frame,
                                   runs_frame, summarize)
 from lab.analysis.load import add_load
 from lab.analysis.paired import add_paired
@@ -36,10 +36,10 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     :param modes: the modes to compare (each needs ``results/<mode>/result.json`` with status ok).
     :param results_dir, reports_dir: relative paths resolve against the repository root.
     :param track: log the MLflow comparison run (and finish the pipeline's parent run).
-    :returns: the summary of :func:`lab.analysis.compare.summarize` with ``paired`` speedups,
+    :returns: the summary of :func:`lab.analysis.comparison.summarize` with ``paired`` speedups,
         ``caption``, ``effective_config``, ``warnings``, ``lossless``, ``figures`` (name -> path),
         ``trace`` and, when logged, ``mlflow_run_id``.
-    :raises lab.analysis.compare.CompareError: a mode's results are missing or failed.
+    :raises lab.analysis.comparison.CompareError: a mode's results are missing or failed.
     """
     from lab.profiling.report import trace_section  # bench.trace profiler traces, when captured
     from lab.report import figures
@@ -67,7 +67,7 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
                                           rep_dir / "figures")
     summary["figures"].update(report.explain_figures(params.modes, runs, summary, rep_dir / "figures"))
     from lab.analysis.taskmix import add_taskmix, taskmix_metrics  # per prompt category
-    from lab.report.taskmix import draw_taskmix, write_categories_csv
+    from lab.report.task_categories import draw_taskmix, write_categories_csv
 
     write_categories_csv(add_taskmix(summary, results, res_dir, requests_frame(res_dir, modes)),
                          rep_dir / "categories.csv")  # dvc plots

@@ -46,7 +46,7 @@ def compare_stage(params: LabParams, params_file: str | None = None) -> Stage:
 
         :raises PreflightFailed: naming the missing or failed mode.
         """
-        from lab.analysis.compare import CompareError, load_results
+        from lab.analysis.comparison import CompareError, load_results
 
         try:
             load_results(root / "results", list(params.modes))

@@ -138,7 +138,7 @@ def trace_section(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path,
     """The report's profiling section from each mode's ``result.json`` (``result["trace"]``,
     written by ``bench.trace``); None when no mode was profiled.
 
-    :param results: ``{mode: result}`` (:func:`lab.analysis.compare.load_results`).
+    :param results: ``{mode: result}`` (:func:`lab.analysis.comparison.load_results`).
     :param out_dir: where the figure goes (``verify_time_breakdown.png``).
     :param baseline: the plain-decoding mode whose DECODE step each VERIFY step is compared with.
     :param caption: the engine caption; the figure's caption adds "MODELLED" for emulator traces.
@@ -163,7 +163,7 @@ def trace_section(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path,
     figure = None
     plot_rows = [r for r in rows if r["stage"] != "EXTEND"]
     if plot_rows:
-        note = (" Profiler traces MODELLED by the SGLang emulator from its cost profile (lab/emulator/trace.py): "
+        note = (" Profiler traces MODELLED by the SGLang emulator from its cost profile (lab/emulator/modelled_trace.py): "
                 "not a GPU measurement." if modelled else " Profiler traces captured with SGLang's /start_profile.")
         figure = str(plot_time_breakdown(plot_rows, Path(out_dir) / FIGURE_FILE,
                                          title="Where each step's time goes (medians over the traced steps)",

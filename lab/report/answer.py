@@ -16,7 +16,7 @@ the compare stage, :mod:`lab.pipeline.compare_stage`), the top of ``reports/repo
 - ``lossless`` (optional): :func:`lab.analysis.lossless.check_lossless`'s dict; each mode's
   ``line`` is stated under the mode;
 - ``taskmix`` (optional): per-category rows of :func:`lab.analysis.taskmix.add_taskmix`,
-  rendered by :mod:`lab.report.taskmix` as the "Per task category" lines;
+  rendered by :mod:`lab.report.task_categories` as the "Per task category" lines;
 - ``warnings``: ``{mode: [text, ...]}`` (measurement hygiene, lossless check); ``notice``: a sentence
   when two modes resolved to the same configuration; ``caption``: which engine produced
   the numbers.
@@ -144,7 +144,7 @@ def answer_text(comparison: dict[str, Any], report_path: str | Path | None = Non
         lines += [f"    {_point_text(*p)}" for p in points]
         if mode in a.lossless:
             lines.append(f"    {a.lossless[mode]}")
-    from lab.report.taskmix import taskmix_lines  # per task category, when the prompts have several
+    from lab.report.task_categories import taskmix_lines  # per task category, when the prompts have several
 
     tm = taskmix_lines(comparison)
     lines += [f"  {tm[0]}"] + [f"    {ln}" for ln in tm[1:]] if tm else []
@@ -171,7 +171,7 @@ def answer_markdown(comparison: dict[str, Any], report_path: str | Path | None =
         lines += [f"  - {_point_text(*p)}" for p in points]
         if mode in a.lossless:
             lines.append(f"  - {a.lossless[mode]}")
-    from lab.report.taskmix import taskmix_markdown
+    from lab.report.task_categories import taskmix_markdown
 
     if tm := taskmix_markdown(comparison):
         lines += ["", tm]
@@ -198,7 +198,7 @@ def answer_html(comparison: dict[str, Any], report_path: str | Path | None = Non
         out.append(f"<li><b>{e(mode)}</b><ul>" + "".join(f"<li>{e(_point_text(*p))}</li>" for p in points)
                    + extra + "</ul></li>")
     out.append("</ul>")
-    from lab.report.taskmix import taskmix_html
+    from lab.report.task_categories import taskmix_html
 
     out.append(taskmix_html(comparison))
     if a.load:

@@ -1,8 +1,8 @@
 """The comparison's tables and summary files: ``reports/summary.csv``, ``summary.md``,
 ``comparison.json`` and ``summary.json``, and the Markdown / pandas tables built from its rows.
 
-Formats only what :mod:`lab.analysis.compare` computed (rows of
-:func:`lab.analysis.compare.summarize`, flat numbers of :func:`lab.analysis.compare.lean_numbers`);
+Formats only what :mod:`lab.analysis.comparison` computed (rows of
+:func:`lab.analysis.comparison.summarize`, flat numbers of :func:`lab.analysis.comparison.lean_numbers`);
 every file goes through :mod:`lab.atomic`.
 """
 

@@ -20,7 +20,7 @@ def log_comparison(params: LabParams, modes: list[str], results: Mapping[str, Ma
 
     The run is named ``compare | <engine> | <N> modes``, tagged with the modes and the id of
     every mode run it compared (``mode_run.<mode>``); it holds ``metrics`` (the flat numbers
-    of :func:`lab.analysis.compare.lean_numbers`), ``report.html``, the ``figures`` (under
+    of :func:`lab.analysis.comparison.lean_numbers`), ``report.html``, the ``figures`` (under
     ``figures/``) and ``summary.csv`` from ``rep_dir``. The parent then gets the same metrics
     and a ``modes`` tag, and is marked FINISHED. ``run_metrics`` go to the comparison run only
     (the per-category numbers of :func:`lab.analysis.taskmix.taskmix_metrics`), with

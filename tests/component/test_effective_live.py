@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from lab.measure import client
-from lab.analysis.compare import summarize
+from lab.analysis.comparison import summarize
 from lab.config import load_params
 from lab.engine.effective import effective_config, identical_modes, identical_notice
 from lab.engine.command import build_server_command

@@ -117,7 +117,7 @@ def test_profile_surfaces_match_sglang_source(sglang_nodeps):
     """The lab's request body and the emulator's surfaces against SGLang 0.5.23's own source."""
     import ast
 
-    from lab.emulator import trace as et
+    from lab.emulator import modelled_trace as et
 
     srt = sglang_nodeps / "sglang" / "srt"
     tree = ast.parse((srt / "managers" / "io_struct.py").read_text())

@@ -127,7 +127,7 @@ def test_http_500_counted_per_level_not_dropped(tmp_path):
         assert lean["c1.error_rate"] == pytest.approx(1 / 3) and lean["c2.error_rate"] == pytest.approx(1 / 3)
         recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
         assert sum(1 for r in recs if (r["error"] or "").startswith("HTTP 500")) == 4
-        from lab.analysis.compare import load_results, runs_frame, summarize
+        from lab.analysis.comparison import load_results, runs_frame, summarize
 
         s = summarize(load_results(tmp_path, ["baseline"]), runs_frame(tmp_path, ["baseline"]), None)
         assert s["modes"]["baseline"]["c2"]["errors"] == 2

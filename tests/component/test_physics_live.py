@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import lab.physics as phys
-from lab.physics import bench
+from lab.physics import stack_bench as bench
 from lab.physics.shapes import PhysicsConfig
 from shared import PHYSICS_TINY, numbers
 
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_package_imports_without_torch_pydantic_or_lab_config():
-    code = ("import sys, lab.physics, lab.physics.cli, lab.physics.bench; "
+    code = ("import sys, lab.physics, lab.physics.stack_cli, lab.physics.stack_bench; "
             "bad = [m for m in ('torch', 'pydantic', 'lab.config', 'matplotlib') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)

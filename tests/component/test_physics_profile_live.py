@@ -1,4 +1,4 @@
-"""lab.physics.profile's traces logged with the physics stage's MLflow run (the lab's run tags
+"""lab.physics.kernel_traces's traces logged with the physics stage's MLflow run (the lab's run tags
 call git): the artifacts under ``profile/`` and the per-case metrics.
 """
 

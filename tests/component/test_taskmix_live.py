@@ -43,7 +43,7 @@ def test_emulator_per_category_acceptance_matches_ground_truth(tmp_path):
     """The emulator maps each prompt (padded or not) to its category and draws with that
     category's accept probability; the lab's per-category accept length equals what the
     emulator actually did (its ground truth), prompt by prompt."""
-    from lab.analysis.compare import requests_frame
+    from lab.analysis.comparison import requests_frame
     from lab.emulator.truth import load_truth
     from lab.engine.ports import free_port
     from lab.measure.client import run_requests_sync

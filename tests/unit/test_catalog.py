@@ -17,7 +17,7 @@ import pytest
 from lab import catalog
 from lab.analysis import stats
 from lab.analysis.aggregate import aggregate_levels, headline
-from lab.analysis.compare import lean_numbers, summarize
+from lab.analysis.comparison import lean_numbers, summarize
 from lab.measure.goodput import run_load_metrics
 from lab.measure.crosscheck import add_cross_checks
 from lab.measure.prometheus import SERVER_TIMING_KEYS

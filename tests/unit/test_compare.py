@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from lab.pipeline.cli import main as lab_main
-from lab.analysis.compare import summarize
+from lab.analysis.comparison import summarize
 from lab.report.tables import read_summary_rows, summary_markdown, write_csv
 
 
@@ -69,7 +69,7 @@ def test_missing_cells_print_as_dash(cell):
 
 
 def test_caption_uses_the_profiles_own_description():
-    from lab.analysis.compare import engine_caption
+    from lab.analysis.comparison import engine_caption
     from lab.emulator.profile import load_profile
 
     text = engine_caption({"m": {"engine": "emulator"}}, "fast")

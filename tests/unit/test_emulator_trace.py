@@ -1,4 +1,4 @@
-"""The emulator's modelled profiler trace (lab/emulator/trace.py), built from hand-made iterations
+"""The emulator's modelled profiler trace (lab/emulator/modelled_trace.py), built from hand-made iterations
 and the kernel counts of its cost profile. The capture against a live emulator and the check
 against SGLang's source are tests/component/test_emulator_trace_live.py.
 """
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from lab.emulator.profile import load_profile
-from lab.emulator.trace import EmulatorProfiler, ProfileRequestError, build_trace, trace_file_name
+from lab.emulator.modelled_trace import EmulatorProfiler, ProfileRequestError, build_trace, trace_file_name
 from lab.profiling.trace import analyze_trace
 # sglang_nodeps: the shared fixture of tests/conftest.py (SGLang 0.5.23's source, no deps)
 

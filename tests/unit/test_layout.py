@@ -102,7 +102,7 @@ def test_graph_sees_lazy_and_package_imports():
     ``from lab.pkg import module`` form (so an empty result below is not a blind spot)."""
     graph = import_graph()
     assert "lab.report.figures" in graph["lab.pipeline.compare"]  # imported inside run_compare
-    assert "lab.physics.bench" in graph["lab.physics.run"]  # `from lab.physics import bench`, in a function
+    assert "lab.physics.stack_bench" in graph["lab.physics.run"]  # `from lab.physics import stack_bench as bench`, in a function
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -156,6 +156,18 @@ def test_analysis_is_a_leaf(upstream):
     back = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.startswith("lab.analysis")
                   for t in ts if t == upstream or t.startswith(upstream + "."))
     assert not back, back
+
+
+def test_no_two_modules_share_a_name():
+    """Each module's file name says which one it is: no two modules under lab/ share a basename
+    (``__init__`` and ``__main__`` aside), so a traceback, an import or a search names one file
+    (issue 20: bench, compare, cli, args, trace, report, taskmix and profile existed twice)."""
+    seen: dict[str, list[str]] = {}
+    for path, _ in _modules().values():
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(str(path.relative_to(LAB.parent)))
+    twice = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not twice, twice
 
 
 def test_every_module_and_folder_opens_with_a_docstring():

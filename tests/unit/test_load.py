@@ -214,8 +214,8 @@ def _frame(rate_points: bool):
 
 
 def _summary(runs):
-    """The comparison add_load runs on (lab.analysis.compare.summarize: means and intervals)."""
-    from lab.analysis.compare import summarize
+    """The comparison add_load runs on (lab.analysis.comparison.summarize: means and intervals)."""
+    from lab.analysis.comparison import summarize
 
     return summarize({m: {} for m in ("baseline", "eagle3_decode")}, runs, "baseline")
 
@@ -233,7 +233,7 @@ def test_add_load_goodput_sentence_and_pareto_rows():
     assert e["speedup_goodput_req_s"]["ratio"] == pytest.approx((4 / 3.5) ** (1 / 3))
     assert summary["load"]["sentences"]["eagle3_decode"].startswith("eagle3_decode is not distinguishable from baseline")
     assert flat == {"eagle3_decode.beats_up_to_req_s": 0.0}
-    from lab.analysis.compare import lean_numbers
+    from lab.analysis.comparison import lean_numbers
 
     assert lean_numbers({**summary, "load_flat": flat})["eagle3_decode.r4.goodput_req_s"] == pytest.approx(4.0)
     assert {(p["mode"], p["point"], p["kind"], p["on_frontier"]) for p in pareto} == {

@@ -133,7 +133,7 @@ def test_threshold_param_validated():
 
 # --------------------------------------------------------------------------- answer, summary, metrics
 def test_answer_summary_and_metrics_carry_the_check():
-    from lab.analysis.compare import lean_numbers
+    from lab.analysis.comparison import lean_numbers
 
     def bad(point, repeat, slot, prompt):
         return BASE_IDS[:2] + [7, 7, 7, 7] if prompt == 2 else BASE_IDS

@@ -98,7 +98,7 @@ def test_mismatched_or_failed_requests_are_counted_not_paired():
 
 
 def test_summary_rows_markdown_and_flat_metrics_carry_the_paired_speedup(tmp_path):
-    from lab.analysis.compare import lean_numbers, summarize
+    from lab.analysis.comparison import lean_numbers, summarize
     from lab.report.tables import summary_markdown
     from lab.report.html import summary_html
 

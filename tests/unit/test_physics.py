@@ -15,7 +15,9 @@ import pytest
 import yaml
 
 import lab.physics as phys
-from lab.physics import bench, cli, run
+from lab.physics import run
+from lab.physics import stack_bench as bench
+from lab.physics import stack_cli as cli
 from lab.physics.shapes import PhysicsConfig
 from shared import PHYSICS_TINY, numbers
 
@@ -307,7 +309,7 @@ def test_physics_stage_rejects_an_unknown_key_by_name(tmp_path):
 
 
 def test_forward_tables_from_a_measured_run():
-    from lab.physics.report import forward_tables
+    from lab.physics.stack_report import forward_tables
 
     rows = [{"T": 1, "eager_ms_p50": 2.0, "graph_ms_p50": 1.0, "floor_ms": 0.5},
             {"T": 3, "eager_ms_p50": 3.0, "graph_ms_p50": 1.5, "floor_ms": 0.6}]

@@ -1,4 +1,4 @@
-"""lab.physics.profile: the stack's torch-profiler capture and its analysis.
+"""lab.physics.kernel_traces: the stack's torch-profiler capture and its analysis.
 
 The capture tests need torch (skipped cleanly without it, as in tests/unit/test_physics.py); on
 CUDA they also check the graph cases. The committed H200 result is re-derived from its
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.physics.profile import CASES, DIFFERENCES_FROM_KIMI, capture_profiles, case_rows, markdown_report
+from lab.physics.kernel_traces import CASES, DIFFERENCES_FROM_KIMI, capture_profiles, case_rows, markdown_report
 from lab.physics.shapes import PhysicsConfig
 from lab.profiling.trace import analyze_trace
 

@@ -94,7 +94,7 @@ def test_categories_come_from_the_results_and_must_agree():
 
 def test_report_lines_say_too_few_prompts_instead_of_an_interval(tmp_path):
     from lab.report.answer import answer_markdown, answer_text
-    from lab.report.taskmix import taskmix_html, taskmix_lines, write_categories_csv
+    from lab.report.task_categories import taskmix_html, taskmix_lines, write_categories_csv
 
     rows = [{"mode": "spec", "point": "c1", "concurrency": 1, "category": "coding", "accept_length": 2.1,
              "accept_length_ci95_lo": 1.9, "accept_length_ci95_hi": 2.3, "accept_n_prompts": 4,
@@ -118,7 +118,7 @@ def test_report_lines_say_too_few_prompts_instead_of_an_interval(tmp_path):
 
 
 def test_taskmix_figure_is_drawn(tmp_path):
-    from lab.report.taskmix import draw_taskmix
+    from lab.report.task_categories import draw_taskmix
 
     rows = [{"mode": "spec", "point": "c1", "category": c, "accept_length": v, "accept_length_ci95_lo": lo,
              "accept_length_ci95_hi": hi, "speedup_decode_tok_s": 1.1} for c, v, lo, hi in

@@ -1,9 +1,9 @@
 """Torch-profiler traces of the physics layer stack: where an eager verify forward's time goes.
 
-``python -m lab.physics.profile --out DIR [--iters 5] [stack options of python -m lab.physics]``
+``python -m lab.physics.kernel_traces --out DIR [--iters 5] [stack options of python -m lab.physics]``
 
 Captures, for each case of :data:`CASES` (T = 1 in a CUDA graph, T = 1 eager, T = 3 eager,
-T = 3 in a CUDA graph), ``iters`` forwards of the stack of :mod:`lab.physics.bench` under
+T = 3 in a CUDA graph), ``iters`` forwards of the stack of :mod:`lab.physics.stack_bench` under
 ``torch.profiler`` (CPU + CUDA activity), each forward wrapped in a
 ``record_function("step[<STAGE> bs=1 T=<T> <graph|eager>]")`` span named like SGLang 0.5.23's
 step spans (``sglang/srt/utils/profile_utils.py:462-505``: ``DECODE`` for T = 1, ``VERIFY``
@@ -115,7 +115,7 @@ def capture_profiles(cfg: PhysicsConfig, out_dir: str | Path, *, iters: int = 5,
 
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from lab.physics.bench import _dtype, attention_mask, build_layers, device_info, stack_forward
+    from lab.physics.stack_bench import _dtype, attention_mask, build_layers, device_info, stack_forward
 
     dev = torch.device("cuda" if is_cuda else "cpu")
     dt = _dtype(torch, cfg.dtype)
@@ -158,7 +158,7 @@ def capture_profiles(cfg: PhysicsConfig, out_dir: str | Path, *, iters: int = 5,
         runs.setdefault(name, {}).update(T=T, graph=graph, stage=stage, run=run, fresh=fresh)
         sync()
 
-    # Unprofiled timing, interleaved across cases (as lab.physics.bench.measure does).
+    # Unprofiled timing, interleaved across cases (as lab.physics.stack_bench.measure does).
     samples: dict[str, list[float]] = {n: [] for n in runs}
     names = list(runs)
     for it in range(cfg.timed_iters):
@@ -261,7 +261,7 @@ def plot_cases(result: dict[str, Any], path: str | Path) -> Path:
     return plot_time_breakdown(
         case_rows(result), path,
         title=f"Physics layer stack on {dev}: where one forward's time goes (torch profiler)",
-        caption=("Measured on the GPU with torch.profiler (python -m lab.physics.profile); bars: traced medians, "
+        caption=("Measured on the GPU with torch.profiler (python -m lab.physics.kernel_traces); bars: traced medians, "
                  "black tick: CUDA-event wall time without the profiler. Stack: " + DIFFERENCES_FROM_KIMI + "."))
 
 
@@ -303,9 +303,9 @@ def _write(result: dict[str, Any], out: Path, log: Callable[[str], Any]) -> dict
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI; exit 0 for ``ok`` and ``not run: ...``, 1 otherwise."""
-    from lab.physics.args import build_parser, parse
+    from lab.physics.stack_options import build_parser, parse
 
-    parser = build_parser("python -m lab.physics.profile", __doc__.split("\n\n")[0])
+    parser = build_parser("python -m lab.physics.kernel_traces", __doc__.split("\n\n")[0])
     parser.add_argument("--iters", type=int, default=5, help="profiled forwards per case (default 5)")
     parser.add_argument("--cases", default=None, help="comma-separated subset of " + ",".join(c[0] for c in CASES))
     ns = parse(argv, parser)

@@ -1,5 +1,5 @@
-"""Command-line options of the physics stack, shared by ``python -m lab.physics`` (:mod:`lab.physics.cli`)
-and ``python -m lab.physics.profile``: one ``--kebab-case`` option per :class:`PhysicsConfig`
+"""Command-line options of the physics stack, shared by ``python -m lab.physics`` (:mod:`lab.physics.stack_cli`)
+and ``python -m lab.physics.kernel_traces``: one ``--kebab-case`` option per :class:`PhysicsConfig`
 field, and the config they give over a ``params.yaml``'s ``physics:`` section. No pydantic,
 no torch: it runs on the device machine."""
 
@@ -40,7 +40,7 @@ def build_parser(prog: str = "python -m lab.physics", description: str | None = 
     p.add_argument("--cpu", action="store_true", help="without CUDA, run eager on the CPU (smoke test) instead of 'not run'")
     p.add_argument("--no-figures", dest="figures", action="store_false", help="skip the figures")
     p.add_argument("--profile-iters", type=int, default=5,
-                   help="torch-profiler forwards per case after the timing (lab.physics.profile; 0: skip)")
+                   help="torch-profiler forwards per case after the timing (lab.physics.kernel_traces; 0: skip)")
     return p
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from lab.physics import args
+from lab.physics import stack_options as args
 
 __all__ = ["build_parser", "parse_args", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of ``python -m lab.physics`` (:func:`lab.physics.args.build_parser`)."""
+    """The argparse parser of ``python -m lab.physics`` (:func:`lab.physics.stack_options.build_parser`)."""
     return args.build_parser("python -m lab.physics", __doc__.split("\n\n")[0])
 
 

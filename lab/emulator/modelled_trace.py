@@ -295,7 +295,7 @@ def build_trace(iterations: list[tuple[dict[str, Any], list[tuple[str, float]]]]
             "profile": getattr(profile, "name", None),
             "kernel_counts": {k: {"value": v, "source": s} for k, (v, s) in (counts or {}).items()},
             "iterations": len(iterations),
-            "note": "MODELLED by the SGLang emulator (lab/emulator/trace.py); not a GPU measurement"
+            "note": "MODELLED by the SGLang emulator (lab/emulator/modelled_trace.py); not a GPU measurement"
                     + ("" if counts else "; the cost profile has no kernels section: step spans only, no kernels"),
         },
         "traceEvents": ev,
