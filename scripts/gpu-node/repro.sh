@@ -3,7 +3,7 @@
 # pipeline with PARAMS as params.yaml in a working copy (/tmp/labrun, kept between calls while the
 # machine is up), one `dvc repro <stage>` at a time until DEADLINE_S; then pack results/, reports/,
 # dvc.lock, params.yaml and mlflow.db into OUT/run-<name>.tar.xz.
-# usage: scripts/gpu-node/repro.sh PARAMS OUT DEADLINE_S SOURCE_COMMIT STAGE...
+# usage: scripts/gpu-node/repro.sh PARAMS OUT DEADLINE_S SOURCE_COMMIT STAGE...   (STAGE! = dvc repro -s STAGE)
 set -u
 params=$1; out=$2; deadline=$3; src=$4; shift 4
 name=$(basename "$params" .yaml)
@@ -26,7 +26,8 @@ for stage in "$@"; do
   left=$(( deadline - ($(date +%s) - t0) ))
   if [ "$left" -lt "${STAGE_BUDGET_S:-150}" ]; then echo "== $stage: SKIPPED ($left s left)"; continue; fi
   s=$(date +%s)
-  PYTHONUNBUFFERED=1 timeout "$left" dvc repro "$stage" > "/tmp/repro-$name-$stage.log" 2>&1; rc=$?
+  single=(); case $stage in *!) stage=${stage%!}; single=(-s);; esac  # STAGE! = this stage only, no upstream
+  PYTHONUNBUFFERED=1 timeout "$left" dvc repro "${single[@]}" "$stage" > "/tmp/repro-$name-$stage.log" 2>&1; rc=$?
   echo "== $stage: exit $rc after $(( $(date +%s) - s )) s"
   grep -E "^\[lab\]|Error|error:|FAILED|speedup|faster|slower" "/tmp/repro-$name-$stage.log" | cut -c1-240 | tail -25
 done
