@@ -15,9 +15,13 @@ import sys
 from dataclasses import dataclass, field
 
 from lab.config import LabParams
+from lab.engine.registry import engine_for
 from lab.redact import redact_argv, redact_env
 
-__all__ = ["ServerCommand", "MODE_FLAGS", "BASE_ENV", "build_server_command", "server_flags", "model_paths"]
+__all__ = ["ServerCommand", "MODE_FLAGS", "BASE_ENV", "build_server_command", "server_flags", "model_paths", "ENGINE_MODULE"]
+
+#: Engine (``params.engine``, :mod:`lab.engine.registry`) -> the module ``python -m`` runs.
+ENGINE_MODULE: dict[str, str] = {"emulator": "lab.emulator", "sglang": "sglang.launch_server"}
 
 # Mode field -> SGLang 0.5.23 flag (sglang/srt/arg_groups/fields/spec.py, model.py).
 MODE_FLAGS: dict[str, str] = {
@@ -154,13 +158,11 @@ def build_server_command(
         # run keeps token 100 and its outputs are (correctly) reported degenerate.
         if (mode.eagle_topk or 1) == 1:
             env.setdefault("SGLANG_SIMULATE_ACC_TOKEN_MODE", "real-draft-token")
-    if params.engine == "sglang":
-        argv = [python, "-m", "sglang.launch_server", *flags]
-    else:
-        argv = [python, "-m", "lab.emulator", *flags,
-                "--emulator-profile", params.emulator.profile,
-                "--emulator-startup-delay-s", str(params.emulator.startup_delay_s)]
-        for fault in params.emulator.faults:  # lab/emulator/faults.py; none by default
+    argv = [python, "-m", ENGINE_MODULE[params.engine], *flags]
+    if engine_for(params).params_section == "emulator":  # the emulator's own flags
+        e = params.emulator
+        argv += ["--emulator-profile", e.profile, "--emulator-startup-delay-s", str(e.startup_delay_s)]
+        for fault in e.faults:  # lab/emulator/faults.py; none by default
             argv += ["--emulator-fault", fault]
         if ground_truth_file is not None:
             argv += ["--ground-truth-file", str(ground_truth_file)]

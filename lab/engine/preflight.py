@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.config import LabParams, repo_root
+from lab.engine.registry import engine_for
 
 __all__ = ["Check", "PreflightError", "PreflightReport", "run_preflight", "gpu_check",
            "sglang_check", "argv_check", "weights_check", "hf_cache_dir", "format_table",
@@ -393,7 +394,7 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
     modes = list(modes or params.modes)
     out = Path(results_dir) if results_dir is not None else repo_root() / "results"
     checks: list[Check] = []
-    if params.engine == "emulator":
+    if not engine_for(params).holds_gpus:  # the emulator: no GPU, SGLang or weights
         checks.append(Check("gpus", SKIP, "engine emulator: no GPU, SGLang or weights needed"))
         from lab.emulator.profile import ProfileError, load_profile
         try:
