@@ -15,6 +15,7 @@
 - ``lab sweep [--clear] [--repro | --exp [-S k=v ...] [--queue]]``: expand params.yaml's
   ``sweep`` section into generated modes (:mod:`lab.pipeline.sweep`, docs/sweeps.md), then
   optionally run ``dvc repro`` or ``dvc exp run`` in one command.
+- ``lab fleet {submit,status,collect,cancel}``: the stages as Slurm jobs (:mod:`lab.fleet.cli`).
 """
 
 from __future__ import annotations
@@ -218,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     p_sw.add_argument("--exp", action="store_true", help="then run `dvc exp run` (with -S / --queue)")
     p_sw.add_argument("-S", "--set-param", action="append", default=[], help="passed to dvc exp run -S")
     p_sw.add_argument("--queue", action="store_true", help="with --exp: queue instead of running")
+    sub.add_parser("fleet", help="the stages as Slurm jobs: submit, status, collect, cancel (lab fleet -h)")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["fleet"]:  # its own parser (lab.fleet.cli), `lab fleet -h` included
+        from lab.fleet.cli import main as fleet_main
+
+        return fleet_main(argv[1:], summary=print_summary)
     args = ap.parse_args(argv)
     if args.cmd == "command":
         return print_command(args.params, args.mode, args.node_rank, args.engine)
