@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     p_sub.add_argument("--time", help="wall-clock limit of each job, HH:MM:SS (default 04:00:00 for a GPU "
                                       "bench job, else 01:00:00)")
     p_sub.add_argument("--cpus-per-task", type=int, default=2, help="CPUs of a job that takes no whole node")
-    p_sub.add_argument("--mem", default="8G", help="memory of a job that takes no whole node")
+    p_sub.add_argument("--mem", default="4G", help="memory of a job that takes no whole node")
     p_sub.add_argument("--share", action="store_true", help="GPU bench jobs take their GPUs, not whole nodes")
     p_sub.add_argument("--physics-gpus", type=int, default=None,
                        help="GPUs of the physics job (default physics.tp with engine sglang, else 0)")

@@ -98,9 +98,9 @@ def _tracking_server(params: LabParams, root: Path) -> str:
 
 
 def _dvc_cache_dir(root: Path) -> str:
-    from dvc.repo import Repo
+    from lab.fleet.runcache import open_repo
 
-    with Repo(str(root)) as repo:
+    with open_repo(root) as repo:
         return str(Path(repo.cache.local_cache_dir).resolve())
 
 
@@ -177,13 +177,14 @@ def submit(root: Path, opts: Options, work_dir: Path | None = None, log: Callabl
         for sub in ("jobs", "logs", "records", "checkouts"):
             (sweep_dir / sub).mkdir(parents=True, exist_ok=True)
         rows = {r.stage: r for r in stage_rows(sweep, slurm.queue(sweep.all_job_ids()))}
+        in_cache = runcache.cached(root, *[s for s, up in order if not up and not rows[s].live])
         plan: dict[str, str] = {}  # stage -> "live" | "done" | "submit"
         for stage, upstream in order:
             row = rows[stage]
             if row.live:
                 plan[stage] = "live"
             elif not upstream:
-                plan[stage] = "done" if runcache.cached(root, stage) else "submit"
+                plan[stage] = "done" if in_cache[stage] else "submit"
             else:
                 plan[stage] = ("done" if row.state == DONE and all(plan[u] == "done" for u in upstream)
                                else "submit")
@@ -244,9 +245,9 @@ def _displace_strays(root: Path, sweep: Sweep, log: Callable[[str], None]) -> li
     which are neither a stage's output nor tracked by git: leftovers of an earlier local run
     (``ground_truth.jsonl``, ``environment/``...). The stage that depends on the directory was
     run-cached over the jobs' outputs alone, and the restored results replace those runs'."""
-    from dvc.repo import Repo
+    from lab.fleet.runcache import open_repo
 
-    with Repo(str(root)) as repo:
+    with open_repo(root) as repo:
         outs = {o.def_path for s in repo.index.stages for o in s.outs}
         dirs = {d.def_path for s in repo.index.stages for d in s.deps
                 if any(o == d.def_path or o.startswith(d.def_path.rstrip("/") + "/") for o in outs)
@@ -294,8 +295,9 @@ def collect(root: Path, sweep: Sweep, log: Callable[[str], None] = _say) -> int:
         if live:
             raise FleetError(f"jobs still run: {', '.join(live)}. Fix: lab fleet status --wait, then collect")
         by_stage = {r.stage: r for r in rows}
+        in_cache = runcache.cached(root, *[s for s, up in sweep.stages() if not up])
         missing = [f"{s} ({by_stage[s].state.lower()})" for s, up in sweep.stages()
-                   if not (runcache.cached(root, s) if not up else by_stage[s].state == DONE)]
+                   if not (in_cache[s] if not up else by_stage[s].state == DONE)]
         if missing:
             raise FleetError(f"not done: {', '.join(missing)}; nothing was restored. Fix: lab fleet submit "
                              "(it submits only these), then lab fleet status --wait and collect again")

@@ -33,6 +33,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from lab.fleet.sweep import Sweep, now, write_record
@@ -173,6 +174,14 @@ def main(argv: list[str] | None = None) -> int:
                 ranks.wait(60)
             except subprocess.TimeoutExpired:
                 ranks.kill()
+    if rc < 0:  # the child died of a signal: the shell's convention, 128 + signal
+        rc = 128 - rc
+    if rc > 128 and not child.signalled:
+        # scancel signals every process of the job at once: the child may end before this
+        # runner's own SIGTERM arrives. Give it a moment, so a cancel is recorded as one.
+        deadline = time.monotonic() + 2.0
+        while not child.signalled and time.monotonic() < deadline:
+            time.sleep(0.05)
     if child.signalled:
         rc = rc or 128 + child.signalled
     status = "ok" if rc == 0 else ("cancelled" if child.signalled else "failed")

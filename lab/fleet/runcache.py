@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import chdir, contextmanager
 from pathlib import Path
 
-__all__ = ["persistent_outputs_cacheable", "cached", "save_entry", "stage_order", "main", "NOT_CACHED"]
+__all__ = ["persistent_outputs_cacheable", "open_repo", "cached", "save_entry", "stage_order", "main", "NOT_CACHED"]
 
 #: Exit code of ``restore`` when a stage is not in the run cache.
 NOT_CACHED = 3
@@ -71,6 +71,16 @@ def persistent_outputs_cacheable() -> Iterator[None]:
         stage_cache._can_hash = original
 
 
+@contextmanager
+def open_repo(root: Path):
+    """DVC's ``Repo`` of ``root``, opened from ``root`` itself: a stage's ``addressing``
+    (``bench@baseline``) is relative to the current directory."""
+    from dvc.repo import Repo
+
+    with chdir(root), Repo(str(root)) as repo:
+        yield repo
+
+
 def _stage(repo, address: str):
     for stage in repo.index.stages:
         if stage.addressing == address:
@@ -83,47 +93,44 @@ def stage_order(root: Path) -> list[tuple[str, list[str]]]:
     """Every stage of ``root``'s ``dvc.yaml`` as ``(address, direct upstream addresses)``,
     upstream stages first (DVC's own pipeline graph, ``repo.index.graph``)."""
     import networkx as nx
-    from dvc.repo import Repo
 
-    with Repo(str(root)) as repo:
+    with open_repo(root) as repo:
         graph = repo.index.graph
         order = list(reversed(list(nx.topological_sort(graph))))
         return [(s.addressing, sorted(t.addressing for t in graph.successors(s))) for s in order]
 
 
-def cached(root: Path, address: str) -> bool:
-    """Whether ``dvc repro`` in ``root`` would restore ``address`` from the run cache now
-    (with :func:`persistent_outputs_cacheable`): the same decision as DVC's
+def cached(root: Path, *addresses: str) -> dict[str, bool]:
+    """For each stage, whether ``dvc repro`` in ``root`` would restore it from the run cache
+    now (with :func:`persistent_outputs_cacheable`): the same decision as DVC's
     ``StageCache.restore`` (``dvc/stage/cache.py``), without checking anything out. Reads the
     workspace's dependencies (hashing them), writes nothing but DVC's hash state."""
-    from dvc.repo import Repo
+    with persistent_outputs_cacheable(), open_repo(root) as repo, repo.lock:
+        return {a: _restorable(repo, _stage(repo, a)) for a in addresses}
+
+
+def _restorable(repo, stage) -> bool:
     from dvc.stage import cache as stage_cache
     from dvc.stage.serialize import to_single_stage_lockfile
 
-    with persistent_outputs_cacheable(), Repo(str(root)) as repo, repo.lock:
-        stage = _stage(repo, address)
-        if not stage_cache._can_hash(stage):
-            return False
-        try:
-            if (not stage.changed_stage() and stage.deps_cached()
-                    and all(bool(out.hash_info) for out in stage.outs)):
-                entry = to_single_stage_lockfile(stage)
-            else:
-                stage.save_deps()
-                entry = repo.stage_cache._load(stage)
-        except Exception:  # a dependency missing: DVC would have to run the stage
-            return False
-        if not entry:
-            return False
-        return repo.stage_cache._create_stage(entry, wdir=stage.wdir).outs_cached()
+    if not stage_cache._can_hash(stage):
+        return False
+    try:
+        if (not stage.changed_stage() and stage.deps_cached()
+                and all(bool(out.hash_info) for out in stage.outs)):
+            entry = to_single_stage_lockfile(stage)
+        else:
+            stage.save_deps()
+            entry = repo.stage_cache._load(stage)
+    except Exception:  # a dependency missing: DVC would have to run the stage
+        return False
+    return bool(entry) and repo.stage_cache._create_stage(entry, wdir=stage.wdir).outs_cached()
 
 
 def save_entry(root: Path, address: str) -> None:
     """Save ``address``'s run-cache entry from the workspace as it is now (after a successful
     ``dvc repro``): DVC's ``Stage.save`` with the run cache on (module docstring). Idempotent."""
-    from dvc.repo import Repo
-
-    with persistent_outputs_cacheable(), Repo(str(root)) as repo, repo.lock:
+    with persistent_outputs_cacheable(), open_repo(root) as repo, repo.lock:
         _stage(repo, address).save(run_cache=True)
 
 
@@ -147,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     if args[:1] == ["restore"]:
         for address in args[1:]:
-            if not cached(root, address):
+            if not cached(root, address)[address]:
                 print(f"error: stage {address} is not in the run cache (DVC cache {_cache_dir(root)}), so it would "
                       "have to run here; nothing was run. Fix: lab fleet submit (it runs only what is missing), "
                       "then lab fleet status --wait", file=sys.stderr)
@@ -160,9 +167,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _cache_dir(root: Path) -> str:
-    from dvc.repo import Repo
-
-    with Repo(str(root)) as repo:
+    with open_repo(root) as repo:
         return str(repo.cache.local_cache_dir)
 
 

@@ -50,7 +50,7 @@ class Options:
     :ivar partition, account, qos: passed as ``--partition`` etc. when set.
     :ivar time: wall-clock limit of every job (``HH:MM:SS``); default 04:00:00 for a GPU
         bench job (a 1T-parameter model loads for 10+ minutes), 01:00:00 otherwise.
-    :ivar cpus_per_task, mem: for jobs that do not take whole nodes (default 2 CPUs, 8G).
+    :ivar cpus_per_task, mem: for jobs that do not take whole nodes (default 2 CPUs, 4G).
     :ivar share: GPU bench jobs take only their GPUs instead of whole nodes.
     :ivar physics_gpus: GPUs of the physics job (default: see the module docstring).
     :ivar export: more variable names to pass by name (never values).
@@ -62,7 +62,7 @@ class Options:
     qos: str | None = None
     time: str | None = None
     cpus_per_task: int = 2
-    mem: str = "8G"
+    mem: str = "4G"
     share: bool = False
     physics_gpus: int | None = None
     export: list[str] = field(default_factory=list)
@@ -78,7 +78,7 @@ class Resources:
     gpus_per_node: int = 0
     exclusive: bool = False
     cpus_per_task: int | None = 2
-    mem: str | None = "8G"
+    mem: str | None = "4G"
     time: str = "01:00:00"
 
     def sbatch_lines(self) -> list[str]:
@@ -96,7 +96,7 @@ class Resources:
         return out
 
     def describe(self) -> str:
-        """``1 node, 8 GPUs (exclusive), 04:00:00`` / ``2 CPUs, 8G, no GPU, 01:00:00``."""
+        """``2 node(s), whole node(s), 8 GPU(s) per node, 04:00:00`` / ``1 node(s), 2 CPU(s), 4G, no GPU, 01:00:00``."""
         gpu = f"{self.gpus_per_node} GPU(s) per node" if self.gpus_per_node else "no GPU"
         what = "whole node(s)" if self.exclusive else f"{self.cpus_per_task} CPU(s), {self.mem}"
         return f"{self.nodes} node(s), {what}, {gpu}, {self.time}"

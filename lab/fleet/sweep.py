@@ -152,14 +152,17 @@ def stage_rows(sweep: Sweep, queue: dict[str, JobState]) -> list[StageRow]:
         q = queue.get(jid)
         if q is not None and q.live:
             state, reason = q.state, q.reason
+        elif q is not None and rec.get("status") != "ok" and q.state not in ("COMPLETED", "FAILED"):
+            state, reason = q.state, f"exit {rec.get('exit_code')}" if rec else q.reason  # CANCELLED, TIMEOUT...
         elif rec.get("status") in _OUTCOME:
             state, reason = _OUTCOME[rec["status"]], f"exit {rec.get('exit_code')}"
         elif q is not None:  # ended without a record: Slurm's word (a dependency failed, time limit...)
             state, reason = ("LOST" if q.state == "COMPLETED" else q.state), q.reason
         else:
             state, reason = "LOST", "Slurm no longer lists the job and it recorded no outcome"
+        log = job.get("log", "").replace("%j", jid)
         rows.append(StageRow(stage, jid, state, reason, rec.get("node") or (q.nodes if q else ""),
-                             job.get("log", "").replace("%j", jid) or None, rec.get("started"), rec.get("ended")))
+                             log if log and Path(log).is_file() else None, rec.get("started"), rec.get("ended")))
     return rows
 
 
