@@ -167,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
         if rc == 0:
             ranks = _multi_node_ranks(stage, env)
             rc = child.run([sys.executable, "-m", "lab.fleet.runcache", "run", stage], env, checkout)
+    except Exception:  # recorded as a failure below, never left "running"
+        import traceback
+
+        traceback.print_exc()
+        rc = 1
     finally:
         if ranks is not None and ranks.poll() is None:
             ranks.terminate()  # srun passes it to every rank

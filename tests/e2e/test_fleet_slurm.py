@@ -257,7 +257,14 @@ def test_cancelled_job_leaves_nothing_running_and_resubmission_finishes(slurm, m
     assert re.findall(r"\] fleet: (\S+): job \d+", proc.stdout) == ["bench@baseline", "compare"]
     rc, rows = _wait(repo, slurm)
     assert rc == 0 and all(r["state"] == "COMPLETED" for r in rows.values()), rows
-    _collect_ok(repo, slurm)
+    # an earlier local run's leftover, no stage's output: collect moves it aside (compare
+    # depends on results/ as a whole) and still restores compare from the run cache
+    stray = repo / "results" / "baseline" / "ground_truth.jsonl"
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_text("an earlier local run\n")
+    out = _collect_ok(repo, slurm)
+    assert "results/baseline/ground_truth.jsonl" in out and not stray.exists()
+    assert list((sweep / "displaced").rglob("ground_truth.jsonl"))[0].read_text() == "an earlier local run\n"
     _check_results(repo)
 
     runs = _runs(mlflow_server, experiment)
