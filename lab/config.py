@@ -51,7 +51,7 @@ class ModelParams(_Strict):
 
     ``path`` and ``draft_path`` are local directories or Hugging Face repo ids (SGLang
     ``--model-path`` / ``--speculative-draft-model-path``). The emulator never loads them.
-    ``synthetic`` (``kshard`` or ``tiny``, :mod:`lab.engine.synthetic`) serves a config-only
+    ``synthetic`` (``kshard``, ``kimi-e64`` or ``tiny``, :mod:`lab.engine.synthetic`) serves a config-only
     target and draft with random weights (``--load-format dummy``) instead of ``path`` and
     ``draft_path``: the real server on a node without weights. Speculative modes must then pin
     acceptance with ``simulate_accept_length``.
@@ -61,7 +61,7 @@ class ModelParams(_Strict):
     draft_path: str | None = "lightseekorg/kimi-k2.5-eagle3-mla"
     tp_size: int = Field(8, ge=1)
     trust_remote_code: bool = True
-    synthetic: Literal["kshard", "tiny"] | None = None
+    synthetic: Literal["kshard", "kimi-e64", "tiny"] | None = None
 
 
 class ServerParams(_Strict):
