@@ -21,11 +21,11 @@ The names below are re-exported here: ``from lab.config import LabParams, load_p
 """
 
 from lab.config.dataset_rules import check_dataset_params, is_hf_id
-from lab.config.loading import load_params
+from lab.config.loading import SERVER_PLACEMENT_ENV, load_params
 from lab.config.paths import find_repo_root, main_repo_root, repo_root
 from lab.config.schema import (BenchParams, DatasetColumns, EmulatorParams, LabParams, LosslessParams, MlflowParams,
                                ModelParams, ModeParams, ParamsError, PhysicsParams, ServerParams, SloParams)
 
 __all__ = ["ParamsError", "LabParams", "ModeParams", "BenchParams", "ServerParams", "ModelParams", "EmulatorParams",
            "SloParams", "DatasetColumns", "LosslessParams", "MlflowParams", "PhysicsParams", "load_params", "repo_root",
-           "find_repo_root", "main_repo_root", "is_hf_id", "check_dataset_params"]
+           "find_repo_root", "main_repo_root", "is_hf_id", "check_dataset_params", "SERVER_PLACEMENT_ENV"]

@@ -15,7 +15,14 @@ from lab.config import schema
 from lab.config.paths import repo_root
 from lab.config.schema import LabParams, ParamsError
 
-__all__ = ["load_params", "RENAMED"]
+__all__ = ["load_params", "RENAMED", "SERVER_PLACEMENT_ENV"]
+
+#: Where a scheduler places a job's engine, which params.yaml cannot know: the HTTP port on a
+#: node that other jobs share, and node 0's address of a multi-node server. A fleet job
+#: (:mod:`lab.fleet.job`) sets them; they override ``server.port`` / ``server.dist_init_addr``
+#: for that process and its children, are validated like the file's values, and leave
+#: params.yaml (so DVC's params and run cache) untouched.
+SERVER_PLACEMENT_ENV = {"LAB_SERVER_PORT": "port", "LAB_SERVER_DIST_INIT_ADDR": "dist_init_addr"}
 
 #: Keys ``params.yaml`` once had, and their names now: the error says the new one.
 RENAMED = {"bench.profile": "bench.trace", "bench.profile_requests": "bench.trace_requests",
@@ -59,7 +66,8 @@ def load_params(path: str | os.PathLike[str] | None = None, *, overrides: dict[s
 
     :param path: the file; default ``<repo root>/params.yaml``.
     :param overrides: top-level sections or ``{"modes": {name: {...}}}`` slices to merge
-        over the file (how a papermill-injected mode slice reaches the model).
+        over the file (how a papermill-injected mode slice reaches the model). The
+        environment's :data:`SERVER_PLACEMENT_ENV` apply after them.
     :returns: the validated :class:`LabParams`.
     :raises ParamsError: file missing, not YAML, or any key invalid (message names each
         key and its fix).
@@ -78,6 +86,9 @@ def load_params(path: str | os.PathLike[str] | None = None, *, overrides: dict[s
             raw.setdefault("modes", {}).update(value)
         else:
             raw[key] = value
+    for env, key in SERVER_PLACEMENT_ENV.items():
+        if os.environ.get(env) and isinstance(raw.setdefault("server", {}), dict):
+            raw["server"] = {**raw["server"], key: os.environ[env]}
     try:
         return LabParams.model_validate(raw)
     except ValidationError as exc:

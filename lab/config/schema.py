@@ -41,12 +41,17 @@ class ModelParams(Strict):
 
     ``path`` and ``draft_path`` are local directories or Hugging Face repo ids (SGLang
     ``--model-path`` / ``--speculative-draft-model-path``). The emulator never loads them.
+    ``synthetic`` (``kshard``, ``kimi-e64`` or ``tiny``, :mod:`lab.engine.synthetic`) serves a config-only
+    target and draft with random weights (``--load-format dummy``) instead of ``path`` and
+    ``draft_path``: the real server on a node without weights. Speculative modes must then pin
+    acceptance with ``simulate_accept_length``.
     """
 
     path: str = "moonshotai/Kimi-K2.5"
     draft_path: str | None = "lightseekorg/kimi-k2.5-eagle3-mla"
     tp_size: int = Field(8, ge=1)
     trust_remote_code: bool = True
+    synthetic: Literal["kshard", "kimi-e64", "tiny"] | None = None
 
 
 class ServerParams(Strict):
@@ -385,6 +390,14 @@ class LabParams(Strict):
                 f"{', '.join('modes.' + n for n in missing)}: EAGLE-3 needs a draft model. Fix: set "
                 "model.draft_path (e.g. lightseekorg/kimi-k2.5-eagle3-mla) or <mode>.draft_path"
             )
+        if self.model.synthetic:
+            unpinned = [n for n, m in self.modes.items() if m.is_speculative and m.simulate_accept_length is None]
+            if unpinned:
+                raise ValueError(
+                    f"{', '.join('modes.' + n for n in unpinned)}: model.synthetic={self.model.synthetic} serves "
+                    "random weights, whose draft tokens are never accepted. Fix: set simulate_accept_length "
+                    "(SGLANG_SIMULATE_ACC_LEN), e.g. 1.85 as the seeds measured"
+                )
         return self
 
     def mode(self, name: str) -> ModeParams:

@@ -33,6 +33,7 @@ from lab.analysis.aggregate import aggregate_levels, ground_truth, headline
 from lab.analysis.load import load_settings
 from lab.config import LabParams, repo_root
 from lab.engine.command import build_server_command
+from lab.engine.registry import engine_for
 from lab.measure import hygiene
 from lab.measure.point import measure_point, measurement_points
 from lab.measure.result import ModeResult
@@ -65,9 +66,9 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     prompts, dataset_info = load_bench_prompts(params.bench, root)  # file or HF id (lab/workload/sources.py)
     run = open_run(params, run_name=mode_run_name(params, mode_name), tags=run_tags(params, mode=mode_name),
                    parent_run_id=pipeline_parent(params))
-    truth_path = out / "ground_truth.jsonl" if params.engine == "emulator" else None
+    truth_path = out / "ground_truth.jsonl" if engine_for(params).ground_truth else None
     cmd = build_server_command(params, mode_name, ground_truth_file=truth_path,
-                               prompt_file=emulator_prompt_file(params.bench, prompts, root, out) if truth_path else None)
+                               prompt_file=emulator_prompt_file(params.bench, prompts, root, out) if engine_for(params).modelled else None)
     res = ModeResult(mode=mode_name, engine=params.engine, mlflow_run_id=run.run_id, server_command=cmd.display(),
                      dataset=dataset_info)
     try:
@@ -84,7 +85,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                         res.runs.append(measure_point(
                             srv, point, rep, bench=params.bench, prompts=prompts, out=out, req_file=req_file,
                             speculative=params.mode(mode_name).is_speculative, result=res, log=log))
-            capture_trace(srv, params.bench, prompts, out, res, log, modelled=truth_path is not None)
+            capture_trace(srv, params.bench, prompts, out, res, log, modelled=engine_for(params).modelled)
         _aggregate(params, res, truth_path, log)
     except BaseException as exc:
         res.fail(exc, levels_partial=aggregate_levels(res.runs))
@@ -125,7 +126,7 @@ def launch_setup(params: LabParams, mode_name: str | None) -> dict[str, Any]:
         "server_limits": {k: getattr(params.server, k, None) for k in
                           ("mem_fraction_static", "max_running_requests", "cuda_graph_max_bs_decode", "context_length")},
     }
-    if params.engine == "emulator":
+    if engine_for(params).modelled:
         setup["emulator_profile"] = params.emulator.profile
         setup["emulator_faults"] = list(params.emulator.faults or [])
     return setup

@@ -4,7 +4,7 @@
 success and the failure path of :func:`lab.pipeline.bench.run_mode` both end in it.
 :func:`log_engine` tags the run with the engine's version and logs its effective
 configuration as soon as the engine is up (so a run that fails later carries them).
-``lab log`` (:func:`lab.pipeline.cli.relog`) re-logs a ``result.json`` with
+``lab log`` (:func:`lab.cli.relog`) re-logs a ``result.json`` with
 :func:`log_mode_run`. Files are written first and atomically (:mod:`lab.atomic`); an MLflow
 failure while logging keeps them and says how to re-log.
 """

@@ -98,7 +98,7 @@ def test_mlflow_down_after_benchmark_keeps_results_then_lab_log(tmp_path, monkey
     """Nothing lost: MLflow breaks after the engine is up; the results stay on disk, the
     message says `lab log results/<mode>`, and `lab log` then records them."""
     import lab.pipeline.bench
-    from lab.pipeline.cli import main as lab_main
+    from lab.cli import main as lab_main
 
     params = small_params(tmp_path, num_prompts=2, concurrency=[1])
     real_open_run = lab.pipeline.bench.open_run

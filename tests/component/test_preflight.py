@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.pipeline.cli import main as lab_main
+from lab.cli import main as lab_main
 from lab.config import load_params
 from lab.engine.preflight import FAIL, OK, SKIP, argv_check, run_preflight, sglang_check
 from lab.engine.command import build_server_command

@@ -36,7 +36,7 @@ def test_lab_ui_url_opens_the_runs_table_in_chromium(tmp_path):
     run.log_metrics({"decode_tok_s": 96.6, "decode_tok_s_ci95_lo": 94.6, "decode_tok_s_ci95_hi": 98.7})
     run.finish()
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "lab.pipeline.cli", "ui", "--port", str(port), "--params", str(pfile)],
+    proc = subprocess.Popen([sys.executable, "-m", "lab.cli", "ui", "--port", str(port), "--params", str(pfile)],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:

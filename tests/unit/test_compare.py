@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from lab.pipeline.cli import main as lab_main
+from lab.cli import main as lab_main
 from lab.analysis.comparison import summarize
 from lab.report.tables import read_summary_rows, summary_markdown, write_csv
 

@@ -166,7 +166,7 @@ def test_answer_summary_and_metrics_carry_the_check():
 
 
 def test_lab_summary_prints_the_lossless_line(tmp_path, capsys):
-    from lab.pipeline.cli import print_summary
+    from lab.cli import print_summary
 
     ll = check_lossless({"baseline": workload("baseline"), "eagle3": workload("eagle3")}, "baseline", temperature=0.0)
     (tmp_path / "comparison.json").write_text(json.dumps(

@@ -64,7 +64,7 @@ def test_simulated_accept_length_and_secrets_redacted(params):
 
 def test_lab_command_engine_override_prints_the_sglang_line(capsys):
     """``lab command --engine sglang`` shows the real launch line while params.yaml says emulator."""
-    from lab.pipeline.cli import print_command
+    from lab.cli import print_command
 
     assert print_command(None, "eagle3_decode", None, "sglang") == 0
     line = capsys.readouterr().out

@@ -15,6 +15,7 @@
 - ``lab sweep [--clear] [--repro | --exp [-S k=v ...] [--queue]]``: expand params.yaml's
   ``sweep`` section into generated modes (:mod:`lab.pipeline.sweep`, docs/sweeps.md), then
   optionally run ``dvc repro`` or ``dvc exp run`` in one command.
+- ``lab fleet {submit,status,collect,cancel}``: the stages as Slurm jobs (:mod:`lab.fleet.fleet_cli`).
 """
 
 from __future__ import annotations
@@ -185,6 +186,22 @@ def stage_cmd(rest: list[str]) -> int:
     return importlib.import_module(f"lab.pipeline.{rest[0]}_stage").main(rest[1:])
 
 
+def bundle_cmd(args) -> int:
+    """``lab bundle``: :func:`lab.offline.bundle.build_bundle`; exit 2 with the fix on failure."""
+    from lab.config import repo_root
+    from lab.offline.bundle import DEFAULT_OMIT, DEFAULT_PART_MIB, BundleError, build_bundle
+
+    try:
+        build_bundle(args.out, lock_path=repo_root() / "uv.lock", sglang_version=args.sglang,
+                     omit=tuple(args.omit) if args.omit is not None else DEFAULT_OMIT,
+                     node_packages=args.node_packages, part_mib=args.part_mib or DEFAULT_PART_MIB,
+                     wheel_cache=repo_root() / ".cache" / "offline" / "wheels")
+    except BundleError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lab`` console script."""
     ap = argparse.ArgumentParser(prog="lab", description="eagle-verify-lab command line")
@@ -218,7 +235,28 @@ def main(argv: list[str] | None = None) -> int:
     p_sw.add_argument("--exp", action="store_true", help="then run `dvc exp run` (with -S / --queue)")
     p_sw.add_argument("-S", "--set-param", action="append", default=[], help="passed to dvc exp run -S")
     p_sw.add_argument("--queue", action="store_true", help="with --exp: queue instead of running")
+    p_bun = sub.add_parser("bundle", help="build the offline bundle for an air-gapped GPU node (docs/gpu-node.md)")
+    p_bun.add_argument("--out", default="dist/node-bundle", help="folder for bundle.json and its parts")
+    p_bun.add_argument("--sglang", default="0.5.16", help="SGLang serving set (lab/offline/sglang-<v>.toml)")
+    p_bun.add_argument("--node-packages", default=None,
+                       help="the node's `pip list --format=freeze`: what it has is left out")
+    p_bun.add_argument("--omit", action="append", default=None,
+                       help="leave out this package and what only it needs (default: jupyterlab)")
+    p_bun.add_argument("--part-mib", type=float, default=None, help="largest part in MiB (default 56)")
+    sub.add_parser("capture", help="record an engine's raw surfaces per mode (lab/pipeline/capture.py)", add_help=False)
+    sub.add_parser("fleet", help="the stages as Slurm jobs: submit, status, collect, cancel (lab fleet -h)")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["fleet"]:  # its own parser (lab.fleet.fleet_cli), `lab fleet -h` included
+        from lab.fleet.fleet_cli import main as fleet_main
+
+        return fleet_main(argv[1:], summary=print_summary)
+    if argv[:1] == ["capture"]:
+        from lab.pipeline.capture import main as capture_main
+
+        return capture_main(argv[1:])
     args = ap.parse_args(argv)
+    if args.cmd == "bundle":
+        return bundle_cmd(args)
     if args.cmd == "command":
         return print_command(args.params, args.mode, args.node_rank, args.engine)
     if args.cmd == "doctor":
