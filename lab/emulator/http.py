@@ -281,6 +281,31 @@ async def generate(request: web.Request) -> web.StreamResponse:
     return await _stream(request, st, req, chunk)
 
 
+async def _openai_stream(request: web.Request, st: AppState, req: Request, body: dict[str, Any], head: dict[str, Any],
+                         choice: Callable[[str, bool], dict], want_spec: bool) -> web.StreamResponse:
+    """The OpenAI endpoints' stream on :func:`_stream`: per event the envelope ``head`` (id,
+    object, created, model) with one ``choice(new text, finished)``, ``sglext`` on the last
+    chunk when ``return_spec_tokens_details`` asked for it, and a usage chunk when
+    ``stream_options.include_usage`` did (SGLang's ``CompletionStreamResponse`` and
+    ``ChatCompletionStreamResponse`` shapes, ``protocol.py``)."""
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    sent = 0
+
+    def chunk(ev: dict) -> dict:
+        nonlocal sent
+        text = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]])
+        sent = ev["ct"]
+        out: dict[str, Any] = {**head, "choices": [choice(text, ev["finished"])]}
+        if ev["finished"] and want_spec and (ext := _spec_details(_meta(st, req, ev))) is not None:
+            out["sglext"] = ext
+        return out
+
+    def after(last: dict) -> list[dict]:
+        return [{**head, "choices": [], "usage": _usage(req, sent)}] if include_usage else []
+
+    return await _stream(request, st, req, chunk, after)
+
+
 def _usage(req: Request, completion_tokens: int) -> dict[str, int]:
     """OpenAI ``usage`` of a request: prompt, completion and total tokens."""
     return {"prompt_tokens": req.prompt_tokens, "completion_tokens": completion_tokens,
@@ -329,25 +354,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         if (ext := sglext(meta)) is not None:
             out["sglext"] = ext
         return web.json_response(out)
-    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    sent = 0
-
-    def chunk(ev: dict) -> dict:
-        nonlocal sent
-        delta = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]])
-        sent = ev["ct"]
-        out: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                               "choices": [{"index": 0, "delta": {"role": "assistant", "content": delta},
-                                            "finish_reason": "length" if ev["finished"] else None}]}
-        if ev["finished"] and (ext := sglext(_meta(st, req, ev))) is not None:
-            out["sglext"] = ext
-        return out
-
-    def after(last: dict) -> list[dict]:
-        return [{"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                 "choices": [], "usage": usage(sent)}] if include_usage else []
-
-    return await _stream(request, st, req, chunk, after)
+    return await _openai_stream(
+        request, st, req, body, {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model},
+        lambda text, finished: {"index": 0, "delta": {"role": "assistant", "content": text},
+                                "finish_reason": "length" if finished else None}, want_spec)
 
 
 HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"  # sglang/srt/constants.py:12
@@ -437,26 +447,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
         if (ext := sglext(last)) is not None:
             out["sglext"] = ext
         return web.json_response(out)
-    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    sent = 0
-
-    def chunk(ev: dict) -> dict:
-        nonlocal sent
-        text = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]])
-        sent = ev["ct"]
-        out: dict[str, Any] = {"id": cid, "object": "text_completion", "created": created, "model": model,
-                               "choices": [{"index": 0, "text": text, "logprobs": None,
-                                            "finish_reason": "length" if ev["finished"] else None,
-                                            "matched_stop": None}]}
-        if ev["finished"] and (ext := sglext(ev)) is not None:
-            out["sglext"] = ext
-        return out
-
-    def after(last: dict) -> list[dict]:
-        return [{"id": cid, "object": "text_completion", "created": created, "model": model,
-                 "choices": [], "usage": usage(sent)}] if include_usage else []
-
-    return await _stream(request, st, req, chunk, after)
+    return await _openai_stream(
+        request, st, req, body, {"id": cid, "object": "text_completion", "created": created, "model": model},
+        lambda text, finished: {"index": 0, "text": text, "logprobs": None,
+                                "finish_reason": "length" if finished else None, "matched_stop": None}, want_spec)
 
 
 def server_info_dict(st: AppState) -> dict[str, Any]:
