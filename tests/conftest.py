@@ -3,6 +3,7 @@
 - ``sglang_nodeps``: SGLang 0.5.23's own source (no dependencies), so tests can judge the
   lab against SGLang's real parser and code. Installed once under ``.cache/`` with the
   ``uv`` that README's commands provide; no other installer is ever used.
+- MLflow's telemetry is off (``MLFLOW_DISABLE_TELEMETRY``): no test sends anything anywhere.
 - ``_project_stores_untouched`` (autouse, session): fails the session's last test at
   teardown when the suite wrote into the project's own ``mlflow.db``, ``mlruns/``,
   ``results/`` or ``reports/`` (tests use ``tmp_path`` stores and scratch copies).
@@ -17,6 +18,12 @@ import sys
 from pathlib import Path
 
 import pytest
+
+# MLflow starts a telemetry client that resolves and calls a remote host from a background
+# thread unless it sees a test or CI (mlflow/telemetry/utils.py _is_ci_env_or_testing, which
+# checks PYTEST_CURRENT_TEST, unset while modules are collected). Tests send nothing anywhere,
+# and a unit test must open no socket (tests/unit/conftest.py): off for the whole run.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 ROOT = Path(__file__).resolve().parents[1]
 SGLANG_VERSION = "0.5.23"
