@@ -94,7 +94,7 @@ def startup_lines(*, speculative: bool, graph_bs: list[int], disable_cuda_graph:
                   draft_extend_graph: bool = True) -> list[tuple[float, str]]:
     """Startup log lines as ``(fraction of the startup delay at which to log, message)``.
 
-    With CUDA graphs: the target's capture (``Capture target verify|decode CUDA graph begin/end``,
+    The target's weight load, then under speculation the draft's. With CUDA graphs: the target's capture (``Capture target verify|decode CUDA graph begin/end``,
     ``cuda_graph_setup.py`` ~758-799; 0.5.23 puts ``bs=[...]`` on the end line), then, under
     speculation, the draft's (``Capture draft decode CUDA graph`` with ``num_tokens_per_req`` =
     topk, then ``Capture draft extend CUDA graph`` with the draft-token count, each ``bs`` on its
@@ -110,6 +110,10 @@ def startup_lines(*, speculative: bool, graph_bs: list[int], disable_cuda_graph:
         n = num_shards * k // 4
         lines.append((0.15 * k, f"Loading safetensors checkpoint shards: {100 * n // num_shards:3d}% Completed | {n}/{num_shards} [00:00<00:00, emulated]"))
     lines.append((0.62, "Load weight end. elapsed=0.00 s, type=DeepseekV3ForCausalLM, avail mem=63.20 GB, mem usage=76.11 GB."))
+    if speculative:  # the draft model's own load (model_runner.py), as a real EAGLE-3 server logs it
+        lines.append((0.64, "Load weight begin. avail mem=63.20 GB"))
+        lines.append((0.66, "Load weight end. elapsed=0.00 s, type=LlamaForCausalLMEagle3, avail mem=62.10 GB, "
+                            "mem usage=1.10 GB."))
     if disable_cuda_graph:
         return lines
     if verify_graph or not speculative:
