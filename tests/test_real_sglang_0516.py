@@ -475,3 +475,19 @@ def test_client_records_account_for_every_token():
                 assert m["n_chunks"] == r["meta_info"]["spec_verify_ct"] + 1
             else:
                 assert m["accept_length"] is None and m["n_chunks"] == r["completion_tokens"]
+
+
+@pytest.mark.parametrize("folder", CAPTURES)
+def test_client_cycle_agrees_with_the_scheduler_clock(folder):
+    """The lab's client-side cycle time (decode time / verify count) and SGLang's own
+    ``step_time_dict`` agree within the cross-check tolerance on every real window, and the
+    CUDA-graph share from the counters matches the one from the "Decode batch" lines. (GPU
+    time per iteration is below both: on the tiny model CPU overhead dominates, which the
+    cross-check rightly flags as ``step_vs_gpu``.)"""
+    from lab.measure.crosscheck import add_cross_checks
+
+    for level, w in _json(folder, "window.json").items():
+        cc = add_cross_checks(dict(w))["crosscheck"]["checks"]
+        assert cc["cycle_vs_step"]["ok"] is True, (folder, level, cc["cycle_vs_step"])
+        assert cc["graph_fraction"]["ok"] is True, (folder, level, cc["graph_fraction"])
+        assert w["gpu_cycle_ms"] <= 1.02 * w["server_step_ms"], (folder, level)
