@@ -31,6 +31,7 @@ __all__ = [
     "find_repo_root",
     "is_hf_id",
     "check_dataset_params",
+    "SERVER_PLACEMENT_ENV",
 ]
 
 
@@ -50,7 +51,7 @@ class ModelParams(_Strict):
 
     ``path`` and ``draft_path`` are local directories or Hugging Face repo ids (SGLang
     ``--model-path`` / ``--speculative-draft-model-path``). The emulator never loads them.
-    ``synthetic`` (``kshard`` or ``tiny``, :mod:`lab.engine.synthetic`) serves a config-only
+    ``synthetic`` (``kshard``, ``kimi-e64`` or ``tiny``, :mod:`lab.engine.synthetic`) serves a config-only
     target and draft with random weights (``--load-format dummy``) instead of ``path`` and
     ``draft_path``: the real server on a node without weights. Speculative modes must then pin
     acceptance with ``simulate_accept_length``.
@@ -60,7 +61,7 @@ class ModelParams(_Strict):
     draft_path: str | None = "lightseekorg/kimi-k2.5-eagle3-mla"
     tp_size: int = Field(8, ge=1)
     trust_remote_code: bool = True
-    synthetic: Literal["kshard", "tiny"] | None = None
+    synthetic: Literal["kshard", "kimi-e64", "tiny"] | None = None
 
 
 class ServerParams(_Strict):
@@ -536,12 +537,21 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+#: Where a scheduler places a job's engine, which params.yaml cannot know: the HTTP port on a
+#: node that other jobs share, and node 0's address of a multi-node server. A fleet job
+#: (:mod:`lab.fleet.job`) sets them; they override ``server.port`` / ``server.dist_init_addr``
+#: for that process and its children, are validated like the file's values, and leave
+#: params.yaml (so DVC's params and run cache) untouched.
+SERVER_PLACEMENT_ENV = {"LAB_SERVER_PORT": "port", "LAB_SERVER_DIST_INIT_ADDR": "dist_init_addr"}
+
+
 def load_params(path: str | os.PathLike[str] | None = None, *, overrides: dict[str, Any] | None = None) -> LabParams:
     """Load and validate ``params.yaml``.
 
     :param path: the file; default ``<repo root>/params.yaml``.
     :param overrides: top-level sections or ``{"modes": {name: {...}}}`` slices to merge
-        over the file (how a papermill-injected mode slice reaches the model).
+        over the file (how a papermill-injected mode slice reaches the model). The
+        environment's :data:`SERVER_PLACEMENT_ENV` apply after them.
     :returns: the validated :class:`LabParams`.
     :raises ParamsError: file missing, not YAML, or any key invalid (message names each
         key and its fix).
@@ -560,6 +570,9 @@ def load_params(path: str | os.PathLike[str] | None = None, *, overrides: dict[s
             raw.setdefault("modes", {}).update(value)
         else:
             raw[key] = value
+    for env, key in SERVER_PLACEMENT_ENV.items():
+        if os.environ.get(env) and isinstance(raw.setdefault("server", {}), dict):
+            raw["server"] = {**raw["server"], key: os.environ[env]}
     try:
         return LabParams.model_validate(raw)
     except ValidationError as exc:

@@ -464,7 +464,7 @@ def bundle_checks(flags_by_mode: dict[str, list[str]], site: Path | None = None)
         for flag, allowed in (sg.get("requires_flags") or {}).items():
             val = flags[flags.index(flag) + 1] if flag in flags and flags.index(flag) + 1 < len(flags) else None
             if val not in allowed:
-                bad.append(f"{flag} {'/'.join(allowed)} (have {val or 'none'})")
+                bad.append(f"{flag} {'/'.join(allowed)} ({'not set' if val is None else 'have ' + val})")
         if bad:
             rows.append(Check(f"bundle[{mode}]", FAIL, "this bundle needs " + "; ".join(bad),
                               "add them to server.extra_args in params.yaml (e.g. configs/h200/params-*.yaml)"))

@@ -1,13 +1,16 @@
 """Synthetic models: config-only targets and EAGLE-3 drafts that SGLang serves with
 ``--load-format dummy`` (random weights), so a GPU node without weights runs the real server.
 
-Two presets (``model.synthetic`` in params.yaml):
+Three presets (``model.synthetic`` in params.yaml):
 
 - ``kshard``: a DeepSeek-V3-architecture target (``DeepseekV3ForCausalLM``, Kimi-K2.5's
   architecture: MLA attention) shaped like *one GPU's share of Kimi-K2.5 at TP 8*: 61 layers,
   hidden 7168, 8 MLA heads (64 / 8), a dense MLP of 2304 per layer (Kimi's 18432 / 8), Kimi's
   vocabulary (163840); the same per-GPU shapes as the physics stage (``lab/physics/shapes.py``).
   About 7 B parameters (14 GB in bf16). Its draft is a Llama EAGLE-3 head of the same hidden size.
+- ``kimi-e64``: Kimi-K2.5's own architecture and per-token shape for TP 8 (64 MLA heads, MoE
+  with 8 of its routed experts active per token and one shared), but 64 routed experts in all
+  instead of 384, so random bf16 weights fit eight H200s with the KV cache (about 0.35 TB).
 - ``tiny``: an 8-layer MLA + MoE target (hidden 256, 12 routed experts, 2 active) with a matching
   draft: loads in seconds, for quick runs of every code path.
 
@@ -51,6 +54,14 @@ PRESETS: dict[str, dict[str, Any]] = {
                    intermediate_size=2304, moe_intermediate_size=2048, n_routed_experts=8, n_group=1,
                    topk_group=1, num_experts_per_tok=2, n_shared_experts=1,
                    first_k_dense_replace=61, vocab_size=163840),
+    # Kimi-K2.5's architecture and per-token shape at TP 8 (61 layers, hidden 7168, 64 MLA heads,
+    # first layer dense with MLP 18432, then MoE with 8 routed experts of 2048 active per token and
+    # one shared expert, vocabulary 163840), with 64 routed experts in all instead of 384, so the
+    # bf16 dummy weights (~0.35 TB) fit 8 x 141 GB beside the KV cache. For the 8-GPU run (issue 26).
+    "kimi-e64": dict(hidden_size=7168, num_hidden_layers=61, num_attention_heads=64, num_key_value_heads=64,
+                     intermediate_size=18432, moe_intermediate_size=2048, n_routed_experts=64, n_group=1,
+                     topk_group=1, num_experts_per_tok=8, n_shared_experts=1, first_k_dense_replace=1,
+                     vocab_size=163840),
     "tiny": dict(hidden_size=256, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=16,
                  q_lora_rank=256, intermediate_size=512, moe_intermediate_size=128, n_routed_experts=12,
                  n_group=4, topk_group=2, num_experts_per_tok=2, n_shared_experts=1,

@@ -15,6 +15,7 @@
 - ``lab sweep [--clear] [--repro | --exp [-S k=v ...] [--queue]]``: expand params.yaml's
   ``sweep`` section into generated modes (:mod:`lab.pipeline.sweep`, docs/sweeps.md), then
   optionally run ``dvc repro`` or ``dvc exp run`` in one command.
+- ``lab fleet {submit,status,collect,cancel}``: the stages as Slurm jobs (:mod:`lab.fleet.cli`).
 """
 
 from __future__ import annotations
@@ -243,8 +244,12 @@ def main(argv: list[str] | None = None) -> int:
                        help="leave out this package and what only it needs (default: jupyterlab)")
     p_bun.add_argument("--part-mib", type=float, default=None, help="largest part in MiB (default 56)")
     sub.add_parser("capture", help="record an engine's raw surfaces per mode (lab/engine/capture.py)", add_help=False)
-    if argv is None:
-        argv = sys.argv[1:]
+    sub.add_parser("fleet", help="the stages as Slurm jobs: submit, status, collect, cancel (lab fleet -h)")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["fleet"]:  # its own parser (lab.fleet.cli), `lab fleet -h` included
+        from lab.fleet.cli import main as fleet_main
+
+        return fleet_main(argv[1:], summary=print_summary)
     if argv[:1] == ["capture"]:
         from lab.engine.capture import main as capture_main
 

@@ -140,7 +140,44 @@ def warm_up(srv: ServerProcess, params: LabParams, prompts: list[str], out: Path
             rid_prefix=f"{mode}-warmup{i}", progress_desc=None, mode=mode),
         batch=b.warmup_requests, cv_threshold=b.warmup_cv_threshold, window=b.warmup_window,
         max_requests=max(b.warmup_max_requests, b.warmup_requests), log=log)
+    result.warmup["points"] = warm_up_points(srv, b, prompts, mode, log)
     check_alive(srv, f"{mode} warm-up", out)
+
+
+def warm_up_points(srv: ServerProcess, bench, prompts: list, mode: str, log=print) -> list[dict]:
+    """One pass of every measured point before any is measured, with other prompts: its
+    concurrency (one full batch), context and output length, or its arrival schedule. SGLang
+    compiles some kernels on first use (tvm-ffi, Triton), once per new shape; the ICL-stable
+    warm-up above runs one concurrency only, and on a real SGLang 0.5.16 the first batch of 8
+    then paid 428 ms to its first token inside c=8's first measured repeat (250 ms in the later
+    ones; :mod:`lab.measure.hygiene`, first-use rows).
+
+    :returns: per point ``{"point", "requests", "max_ttft_ms", "stalls"}`` (the stalls the pass
+        absorbed, :func:`lab.measure.hygiene.stall_check`).
+    """
+    from lab.measure.point import measurement_points
+    from lab.workload.arrivals import arrival_times
+    from lab.workload.context import pad_prompt
+    from lab.workload.dataset import output_lengths
+
+    rows = []
+    for i, point in enumerate(measurement_points(bench)):
+        n = max(point.concurrency, 2) if point.request_rate is None else bench.num_prompts
+        seed = bench.seed + 30_000 + i
+        texts = [(j, pad_prompt(t, point.context_tokens)) for j, t in workload(prompts, n, seed)]
+        recs = client.run_requests_sync(
+            srv.base_url, texts, concurrency=point.concurrency,
+            max_new_tokens=output_lengths(len(texts), point.output_tokens, bench.output_tokens_spread, seed),
+            temperature=bench.temperature, timeout_s=bench.request_timeout_s, rid_prefix=f"{mode}-warmup-{point.key}",
+            progress_desc=None, mode=mode,
+            arrivals=None if point.request_rate is None else arrival_times(len(texts), point.request_rate,
+                                                                           bench.burstiness, seed))
+        st = hygiene.stall_check(recs)
+        rows.append({"point": point.key, "requests": n, "max_ttft_ms": st["max_ttft_ms"],
+                     "stalls": [round(e["ms"], 1) for e in st["stalls"]]})
+        log(f"[lab] warm-up {point.key}: {n} requests, first token within {st['max_ttft_ms'] or 0:.0f} ms"
+            + (f", absorbed stalls of {rows[-1]['stalls']} ms" if st["stalls"] else ""))
+    return rows
 
 
 def capture_profile(srv: ServerProcess, params: LabParams, prompts: list[str], out: Path, result: ModeResult,

@@ -24,6 +24,13 @@ The comparison marks the parent FINISHED and copies the headline metrics onto it
 MLflow compare view of several parents shows pipeline runs side by side, and of the nested
 runs shows modes side by side (each mode run carries ``decode_tok_s``, ``accept_length``,
 ``verify_ms``... at its lowest concurrency).
+
+A fleet sweep (:mod:`lab.fleet`) runs each stage as a Slurm job in its own checkout, so no
+file is shared between stages: ``lab fleet submit`` creates the sweep's parent and each job
+names it in ``$LAB_MLFLOW_PARENT_RUN_ID`` (:data:`PARENT_RUN_ENV`), which then takes the place
+of the key and the file. Jobs of one sweep run at the same time, so a failed stage ends only
+its own job's runs (tag ``slurm_job_id``) and leaves the parent to the sweep (the fleet marks
+it FAILED, ``compare`` FINISHED).
 """
 
 from __future__ import annotations
@@ -40,6 +47,14 @@ from lab.tracking.runs import TrackingError, git_commit, open_run, run_tags
 __all__ = ["pipeline_key", "pipeline_parent", "mode_run_name", "PARENT_FILE", "PIPELINE_KEY_SECTIONS"]
 
 PARENT_FILE = Path(".cache") / "mlflow_parent.json"
+
+#: Set by a fleet job (:mod:`lab.fleet.job`): the sweep's parent run id (module docstring).
+PARENT_RUN_ENV = "LAB_MLFLOW_PARENT_RUN_ID"
+
+
+def _fleet_parent() -> str | None:
+    """The parent run a fleet job was given (:data:`PARENT_RUN_ENV`), or None."""
+    return os.environ.get(PARENT_RUN_ENV) or None
 
 
 #: params.yaml sections in the pipeline-run key: those every ``bench@<mode>`` stage declares
@@ -86,6 +101,8 @@ def pipeline_parent(params: LabParams, root: Path | None = None) -> str:
 
     :raises TrackingError: MLflow unreachable (same contract as :func:`lab.tracking.runs.open_run`).
     """
+    if _fleet_parent():
+        return _fleet_parent()
     root = root or repo_root()
     key = pipeline_key(params, root)
     path = root / PARENT_FILE
@@ -134,6 +151,8 @@ def finish_parent(params: LabParams, run_id: str, metrics: dict[str, float], tag
 
 def known_parent(params: LabParams, root: Path | None = None) -> str | None:
     """This pipeline run's parent id if a stage already created it (never creates one)."""
+    if _fleet_parent():
+        return _fleet_parent()
     root = root or repo_root()
     path = root / PARENT_FILE
     try:
@@ -159,17 +178,23 @@ def close_pipeline_runs(params: LabParams, ok: bool, root: Path | None = None) -
     parent = known_parent(params, root)
     if not parent:
         return []
+    fleet = _fleet_parent()
+    if fleet and ok:
+        return []  # the sweep's parent outlives this job (module docstring)
     try:
         client = _client(params)
         run = client.get_run(parent)
+        own = f" and tags.slurm_job_id = '{os.environ.get('SLURM_JOB_ID', '')}'" if fleet else ""
         changed = [] if ok else [r.info.run_id for r in client.search_runs(
-            [run.info.experiment_id], f"tags.mlflow.parentRunId = '{parent}' and attributes.status = 'RUNNING'")]
+            [run.info.experiment_id], f"tags.mlflow.parentRunId = '{parent}' and attributes.status = 'RUNNING'{own}")]
         for run_id in changed:
             client.set_terminated(run_id, "FAILED")
+        if fleet:
+            return changed
         client.set_terminated(parent, "FINISHED" if ok else "FAILED", end_time=int(time.time() * 1000))
         return changed + ([parent] if run.info.status == "RUNNING" else [])
     except Exception as exc:  # MlflowException, sqlalchemy, requests...
         raise TrackingError(f"MLflow at {params.mlflow.resolved_tracking_uri()}: {exc}") from exc
 
 
-__all__ += ["finish_parent", "TrackingError", "known_parent", "close_pipeline_runs"]
+__all__ += ["finish_parent", "TrackingError", "known_parent", "close_pipeline_runs", "PARENT_RUN_ENV"]

@@ -81,7 +81,8 @@ def git_commit(root: Path | None = None) -> str:
 
 
 def run_tags(params: LabParams, *, mode: str | None, engine_version: str | None = None) -> dict[str, str]:
-    """Standard tags of a lab run (mode, engine, git commit, SGLang version, DVC experiment)."""
+    """Standard tags of a lab run (mode, engine, git commit, SGLang version, DVC experiment,
+    Slurm job id inside a Slurm job)."""
     tags = {
         "engine": params.engine,
         "git_commit": git_commit(),
@@ -95,6 +96,8 @@ def run_tags(params: LabParams, *, mode: str | None, engine_version: str | None 
         tags["emulator_profile"] = params.emulator.profile
     if os.environ.get("DVC_EXP_NAME"):
         tags["dvc_exp_name"] = os.environ["DVC_EXP_NAME"]
+    if os.environ.get("SLURM_JOB_ID"):  # a fleet job (lab/fleet): which job produced the run
+        tags["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
     return tags
 
 
