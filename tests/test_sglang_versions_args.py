@@ -5,8 +5,8 @@ dependencies), ``tests/sglang_argparser.py`` builds SGLang's real ``launch_serve
 (0.5.23: the field namespaces of ``srt/arg_groups/fields/``; 0.5.16: ``ServerArgs.add_cli_args``
 of ``srt/server_args.py``, imported with its heavy imports stubbed) and parses the flags
 :func:`lab.engine.command.build_server_command` emits for every mode of ``params.yaml``,
-``configs/h200/params-tiny.yaml`` and ``configs/h200/params-kshard.yaml`` with ``engine:
-sglang``. Every ``--flag`` must be one of the parser's own option strings (an abbreviation that
+``configs/h200/params-tiny.yaml``, ``configs/h200/params-kshard.yaml`` and every other H200 preset,
+with ``engine: sglang``. Every ``--flag`` must be one of the parser's own option strings (an abbreviation that
 argparse would complete does not count) and parse to the value the lab meant. A misspelled flag
 and a bad choice must be rejected, so the check has teeth. The argv that actually ran on the
 H200 (``tests/fixtures/sglang-0.5.16/*/*/launch.json``) is what the lab builds today.
@@ -25,7 +25,8 @@ from sglang_argparser import sglang_parse
 
 ROOT = Path(__file__).resolve().parents[1]
 FX = Path(__file__).parent / "fixtures" / "sglang-0.5.16"
-PARAMS_FILES = ("params.yaml", "configs/h200/params-tiny.yaml", "configs/h200/params-kshard.yaml")
+#: The default params and every H200 preset (tiny, kshard, kimi-tp8...).
+PARAMS_FILES = ("params.yaml", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs" / "h200").glob("params-*.yaml")))
 
 
 def _sglang_params(rel: str):
@@ -55,6 +56,7 @@ def parsed(sglang_nodeps_each):
 
 def test_every_mode_of_every_params_file_parses(parsed):
     version, launches, res, options, _ = parsed
+    assert {"configs/h200/params-tiny.yaml", "configs/h200/params-kshard.yaml"} <= set(PARAMS_FILES)
     assert len(launches) >= 3 + 6 + 6  # default three modes, six H200 modes per preset
     for name, (p, mode_name, flags) in launches.items():
         r = res[name]
