@@ -13,7 +13,8 @@ Uncertainty (the 95 % prediction interval of the *measured* repeat mean): ``draw
 of every block's ``(beta, sigma)`` from its posterior (:meth:`lab.calibrate.linfit.LinearFit.draw`,
 Gelman et al. BDA3 section 14.2), of each draft position's acceptance from its Jeffreys posterior,
 and, per simulated repeat, of a window's residual per cost block (``N(0, sigma^2)``, what a new
-measured window adds); the acceptance of every cycle is drawn again in the simulation. The
+measured window adds) and of how the first closed-loop burst split across prefills (one of the
+measured splits); the acceptance of every cycle is drawn again in the simulation. The
 interval is the 2.5 and 97.5 percentiles of the simulated repeat means, the prediction their
 median. The same draw serves every candidate (common random numbers), so a speedup (candidate
 over baseline, draw by draw) and a ranking carry the shared uncertainty once. ``p_win`` is the
@@ -370,7 +371,11 @@ def predict(cal: Calibration, candidates: list[Candidate], points: list[PredictP
     depth = max([c.num_steps or 0 for c in candidates] + [1])
     alpha_draws = cal.acceptance.draw(rng, draws, depth) if cal.acceptance else np.full((draws, depth), np.nan)
     noise = {k: rng.standard_normal((draws, wl.repeats)) for k in cal.blocks if k != "extend"}
-    first_group = _first_group(cal)
+    # how a closed-loop burst splits across the first prefills varies from window to window (a race
+    # between the client's sends and the scheduler's first admission): each simulated repeat takes
+    # one of the measured splits
+    groups = list(cal.obs.first_prefill_group) or [None]
+    group_idx = rng.integers(0, len(groups), (draws, wl.repeats))
     turnaround = statistics.median(cal.obs.turnaround_ms) if cal.obs.turnaround_ms else 0.5
     undetermined_blocks = [k for k, f in cal.blocks.items() if f.n and f.s2 is None]
     out: list[Prediction] = []
@@ -403,7 +408,8 @@ def predict(cal: Calibration, candidates: list[Candidate], points: list[PredictP
                     runs.append(simulate_run(reqs[rep], costs, sampler=_sampler(cal, cand, alpha_draws[k]),
                                              rng=random.Random(seed * 1_000_003 + k * 101 + rep),
                                              concurrency=point.concurrency, arrivals_s=arr[rep],
-                                             max_running=wl.max_running_requests, first_group=first_group,
+                                             max_running=wl.max_running_requests,
+                                             first_group=groups[group_idx[k, rep]],
                                              turnaround_ms=turnaround, latency_ms=costs.latency_ms,
                                              rate_max_concurrency=wl.rate_max_concurrency))
                 for m in METRICS:

@@ -68,33 +68,30 @@ class FitInfo(_Strict):
     dof: int | None = None
 
 
-class Num(_Strict):
+class _Provenanced(_Strict):
+    """A value with its ``source`` and optional ``fit`` record; null only when ``fit.determined`` is False."""
+
+    source: str = Field(min_length=1)
+    fit: FitInfo | None = None
+
+    @model_validator(mode="after")
+    def _null_only_undetermined(self):
+        if getattr(self, "value") is None and (self.fit is None or self.fit.determined):
+            raise ValueError("value is null but fit.determined is not false: only an undetermined constant may be null")
+        return self
+
+
+class Num(_Provenanced):
     """A constant with its provenance (``value`` null only in a fitted profile, for a constant
     the data could not determine: ``fit.determined`` False)."""
 
     value: float | None
-    source: str = Field(min_length=1)
-    fit: FitInfo | None = None
-
-    @model_validator(mode="after")
-    def _null_only_undetermined(self):
-        if self.value is None and (self.fit is None or self.fit.determined):
-            raise ValueError("value is null but fit.determined is not false: a constant needs a value")
-        return self
 
 
-class Flag(_Strict):
+class Flag(_Provenanced):
     """A boolean with its provenance (null like :class:`Num`)."""
 
     value: bool | None
-    source: str = Field(min_length=1)
-    fit: FitInfo | None = None
-
-    @model_validator(mode="after")
-    def _null_only_undetermined(self):
-        if self.value is None and (self.fit is None or self.fit.determined):
-            raise ValueError("value is null but fit.determined is not false: a flag needs a value")
-        return self
 
 
 class PrefillCost(_Strict):
