@@ -50,12 +50,17 @@ class ModelParams(_Strict):
 
     ``path`` and ``draft_path`` are local directories or Hugging Face repo ids (SGLang
     ``--model-path`` / ``--speculative-draft-model-path``). The emulator never loads them.
+    ``synthetic`` (``kshard`` or ``tiny``, :mod:`lab.engine.synthetic`) serves a config-only
+    target and draft with random weights (``--load-format dummy``) instead of ``path`` and
+    ``draft_path``: the real server on a node without weights. Speculative modes must then pin
+    acceptance with ``simulate_accept_length``.
     """
 
     path: str = "moonshotai/Kimi-K2.5"
     draft_path: str | None = "lightseekorg/kimi-k2.5-eagle3-mla"
     tp_size: int = Field(8, ge=1)
     trust_remote_code: bool = True
+    synthetic: Literal["kshard", "tiny"] | None = None
 
 
 class ServerParams(_Strict):
@@ -477,6 +482,14 @@ class LabParams(_Strict):
                 f"{', '.join('modes.' + n for n in missing)}: EAGLE-3 needs a draft model. Fix: set "
                 "model.draft_path (e.g. lightseekorg/kimi-k2.5-eagle3-mla) or <mode>.draft_path"
             )
+        if self.model.synthetic:
+            unpinned = [n for n, m in self.modes.items() if m.is_speculative and m.simulate_accept_length is None]
+            if unpinned:
+                raise ValueError(
+                    f"{', '.join('modes.' + n for n in unpinned)}: model.synthetic={self.model.synthetic} serves "
+                    "random weights, whose draft tokens are never accepted. Fix: set simulate_accept_length "
+                    "(SGLANG_SIMULATE_ACC_LEN), e.g. 1.85 as the seeds measured"
+                )
         return self
 
     def mode(self, name: str) -> ModeParams:

@@ -45,6 +45,7 @@ from typing import Any
 from scipy import stats as _st
 
 from lab.analysis.stats import finite
+from lab.engine.registry import ENGINES, engine_for
 
 __all__ = ["SENTINEL_METRICS", "WORKLOAD_KEYS", "gpu_model", "config_fingerprint", "file_sha256",
            "launch_delta", "compare", "current_launch", "history_launches", "log_to_run", "check",
@@ -107,7 +108,7 @@ def config_fingerprint(result: Mapping[str, Any], workload: Mapping[str, Any], *
     """
     engine = result.get("engine", "unknown")
     if gpu is None:
-        gpu = "none (emulator)" if engine == "emulator" else gpu_model()
+        gpu = "none (emulator)" if getattr(ENGINES.get(engine), "modelled", False) else gpu_model()
     material = {
         "engine": engine,
         "engine_version": str(result.get("engine_version", "unknown")),
@@ -257,7 +258,7 @@ def launch_setup(params, mode_name: str | None) -> dict[str, Any]:
         "server_limits": {k: getattr(params.server, k, None) for k in
                           ("mem_fraction_static", "max_running_requests", "cuda_graph_max_bs_decode", "context_length")},
     }
-    if params.engine == "emulator":
+    if engine_for(params).modelled:
         setup["emulator_profile"] = params.emulator.profile
         setup["emulator_faults"] = list(params.emulator.faults or [])
     return setup

@@ -33,6 +33,7 @@ from lab.analysis.aggregate import aggregate_levels, ground_truth, headline
 from lab.analysis.load import load_settings
 from lab.config import LabParams, repo_root
 from lab.engine.command import build_server_command
+from lab.engine.registry import engine_for
 from lab.measure import hygiene
 from lab.measure.point import measure_point, measurement_points
 from lab.measure.result import ModeResult
@@ -65,7 +66,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     prompts, dataset_info = load_bench_prompts(params.bench, root)  # file or HF id (lab/workload/sources.py)
     run = open_run(params, run_name=mode_run_name(params, mode_name), tags=run_tags(params, mode=mode_name),
                    parent_run_id=pipeline_parent(params))
-    truth_path = out / "ground_truth.jsonl" if params.engine == "emulator" else None
+    truth_path = out / "ground_truth.jsonl" if engine_for(params).ground_truth else None
     cmd = build_server_command(params, mode_name, ground_truth_file=truth_path,
                                prompt_file=emulator_prompt_file(params, prompts, root, out))
     res = ModeResult(mode=mode_name, engine=params.engine, mlflow_run_id=run.run_id, server_command=cmd.display(),

@@ -204,6 +204,22 @@ def stage_cmd(rest: list[str]) -> int:
     return importlib.import_module(f"lab.pipeline.{rest[0]}_stage").main(rest[1:])
 
 
+def bundle_cmd(args) -> int:
+    """``lab bundle``: :func:`lab.offline.bundle.build_bundle`; exit 2 with the fix on failure."""
+    from lab.config import repo_root
+    from lab.offline.bundle import DEFAULT_OMIT, DEFAULT_PART_MIB, BundleError, build_bundle
+
+    try:
+        build_bundle(args.out, lock_path=repo_root() / "uv.lock", sglang_version=args.sglang,
+                     omit=tuple(args.omit) if args.omit is not None else DEFAULT_OMIT,
+                     node_packages=args.node_packages, part_mib=args.part_mib or DEFAULT_PART_MIB,
+                     wheel_cache=repo_root() / ".cache" / "offline" / "wheels")
+    except BundleError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lab`` console script."""
     ap = argparse.ArgumentParser(prog="lab", description="eagle-verify-lab command line")
@@ -247,11 +263,28 @@ def main(argv: list[str] | None = None) -> int:
 
     add_calibrate_args(sub.add_parser("calibrate", help="fit an emulator cost profile to measured results"))
     add_predict_args(sub.add_parser("predict", help="predict and rank unmeasured configurations from a calibration"))
+    p_bun = sub.add_parser("bundle", help="build the offline bundle for an air-gapped GPU node (docs/gpu-node.md)")
+    p_bun.add_argument("--out", default="dist/node-bundle", help="folder for bundle.json and its parts")
+    p_bun.add_argument("--sglang", default="0.5.16", help="SGLang serving set (lab/offline/sglang-<v>.toml)")
+    p_bun.add_argument("--node-packages", default=None,
+                       help="the node's `pip list --format=freeze`: what it has is left out")
+    p_bun.add_argument("--omit", action="append", default=None,
+                       help="leave out this package and what only it needs (default: jupyterlab)")
+    p_bun.add_argument("--part-mib", type=float, default=None, help="largest part in MiB (default 56)")
+    sub.add_parser("capture", help="record an engine's raw surfaces per mode (lab/engine/capture.py)", add_help=False)
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["capture"]:
+        from lab.engine.capture import main as capture_main
+
+        return capture_main(argv[1:])
     args = ap.parse_args(argv)
     if args.cmd in ("calibrate", "predict"):
         from lab.calibrate.cli import calibrate_main, predict_main
 
         return calibrate_main(args) if args.cmd == "calibrate" else predict_main(args)
+    if args.cmd == "bundle":
+        return bundle_cmd(args)
     if args.cmd == "command":
         return print_command(args.params, args.mode, args.node_rank, args.engine)
     if args.cmd == "doctor":

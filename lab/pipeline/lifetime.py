@@ -32,6 +32,7 @@ from lab.config import LabParams
 from lab.engine.effective import effective_config
 from lab.engine.envcapture import capture_environment
 from lab.engine.preflight import format_table, run_preflight
+from lab.engine.registry import engine_for
 from lab.engine.command import ServerCommand
 from lab.engine.process import ServerProcess, stop_stale_servers
 from lab.engine.startup import StartupTracker
@@ -152,6 +153,6 @@ def capture_profile(srv: ServerProcess, params: LabParams, prompts: list[str], o
     from lab.profiling.capture import capture_profile as capture
 
     result.profile = capture(
-        srv.base_url, out / "profile", mode=result.mode, modelled=params.engine == "emulator",
+        srv.base_url, out / "profile", mode=result.mode, modelled=engine_for(params).modelled,
         texts=workload(prompts, b.profile_requests, b.seed + 20_000), max_new_tokens=b.profile_max_new_tokens,
         temperature=b.temperature, request_timeout_s=b.request_timeout_s, log=log)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from lab.engine.registry import engine_for
 from lab.redact import REDACTED
 
 __all__ = ["mode_run_params", "compare_run_params", "redact_url"]
@@ -56,7 +57,7 @@ def mode_run_params(params, mode_name: str) -> dict[str, str]:
         "engine": params.engine, "mode_name": mode_name, "model": params.model.model_dump(),
         "server": params.server.model_dump(), "mode": params.mode(mode_name).model_dump(),
         "bench": params.bench.model_dump(), "lossless": params.lossless.model_dump(),
-        **({"emulator": params.emulator.model_dump()} if params.engine == "emulator" else {}),
+        **({sec: getattr(params, sec).model_dump()} if (sec := engine_for(params).params_section) else {}),
         "mlflow": mlflow})
 
 

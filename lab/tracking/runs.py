@@ -18,6 +18,7 @@ from typing import Any
 
 from lab.config import LabParams, repo_root
 from lab.redact import REDACTED, is_secret_name, redact_argv
+from lab.engine.registry import engine_for, provenance
 
 __all__ = ["TrackingError", "RunHandle", "open_run", "attach_artifact", "flatten_params", "run_tags", "git_commit"]
 
@@ -84,11 +85,13 @@ def run_tags(params: LabParams, *, mode: str | None, engine_version: str | None 
     tags = {
         "engine": params.engine,
         "git_commit": git_commit(),
-        "sglang_version": engine_version or ("emulator" if params.engine == "emulator" else "unknown"),
+        "sglang_version": engine_version or ("emulator" if engine_for(params).modelled else "unknown"),
     }
     if mode:
         tags["mode"] = mode
-    if params.engine == "emulator":
+    # timing modelled/measured, weights emulated/random/real, acceptance emulated/simulated/real
+    tags.update({k: v for k, v in provenance(params, mode if mode in params.modes else None).items() if k != "engine"})
+    if (sec := engine_for(params).params_section) == "emulator":
         tags["emulator_profile"] = params.emulator.profile
     if os.environ.get("DVC_EXP_NAME"):
         tags["dvc_exp_name"] = os.environ["DVC_EXP_NAME"]

@@ -42,6 +42,7 @@ from typing import Any
 
 from lab.config import check_dataset_params, is_hf_id  # noqa: F401  (validation lives with the params; re-exported)
 from lab.workload.dataset import DatasetError, Prompt, _check_record, load_prompts
+from lab.engine.registry import engine_for
 
 __all__ = ["is_hf_id", "check_dataset_params", "load_bench_prompts", "load_hf_prompts", "write_prompts",
            "prompts_sha256", "dataset_params", "emulator_prompt_file", "HF_INSTALL_HINT"]
@@ -190,7 +191,7 @@ def emulator_prompt_file(params: Any, prompts: list[Prompt], root: str | os.Path
     ``--emulator-prompt-categories``; :mod:`lab.emulator.categories`): the local JSONL itself,
     or, for a Hugging Face set, the loaded prompts written to ``<out>/dataset.jsonl``. None
     with ``engine: sglang`` (the real model's acceptance needs no map)."""
-    if params.engine != "emulator":
+    if not engine_for(params).modelled:
         return None
     if is_hf_id(params.bench.dataset):
         return write_prompts(prompts, Path(out) / "dataset.jsonl")
