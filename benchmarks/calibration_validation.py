@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from lab.calibrate.fit import calibrate  # noqa: E402
 from lab.calibrate.order import rank  # noqa: E402
 from lab.calibrate.predict import candidates_from_params, points_from_bench, predict, workload_from_params  # noqa: E402
-from lab.calibrate.report import figure, measured_by_config  # noqa: E402
+from lab.calibrate.report import error_table, figure, fmt, held_out_errors, measured_by_config  # noqa: E402
 from lab.config import load_params  # noqa: E402
 from lab.emulator.profile import load_profile  # noqa: E402
 from lab.engine.ports import free_port  # noqa: E402
@@ -134,23 +134,6 @@ def measure(params_path: Path, results: Path, force: bool, attempts_dir: Path) -
     return log
 
 
-def _errors(preds, held_out_keys: set[str]) -> list[dict]:
-    rows = []
-    for p in preds:
-        if p.candidate.key not in held_out_keys:
-            continue
-        row = {"configuration": p.candidate.key, "mode": p.candidate.name, "point": p.point.key, "status": p.status,
-               "needs": p.needs}
-        for m in ("decode_tok_s", "output_tok_s", "verify_ms", "accept_length", "speedup_decode_tok_s"):
-            pm, mv = p.metrics.get(m) or {}, p.measured.get(m)
-            if pm.get("pred") is None or mv is None:
-                continue
-            row[m] = {"pred": pm["pred"], "lo": pm["lo"], "hi": pm["hi"], "measured": mv,
-                      "error_pct": 100.0 * (pm["pred"] - mv) / mv, "covered": pm["lo"] <= mv <= pm["hi"]}
-        rows.append(row)
-    return rows
-
-
 def _keys(names: list[str], params) -> set[str]:
     from lab.calibrate.predict import _candidate
 
@@ -184,29 +167,6 @@ def _truth_table(cal, hidden) -> list[dict]:
     return out
 
 
-def _fmt(v, d=2):
-    return "-" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
-
-
-def _error_table(rows: list[dict], points: tuple[str, ...] | None) -> list[str]:
-    lines = ["| configuration | point | decode tok/s pred [95 % PI] | measured | error | in PI | output tok/s error | "
-             "verify ms error | speedup pred / measured |", "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | --- |"]
-    for r in rows:
-        if points and r["point"] not in points:
-            continue
-        d = r.get("decode_tok_s")
-        if d is None:
-            lines.append(f"| `{r['configuration']}` | {r['point']} | {r['status']}: {'; '.join(r['needs'])[:160]} | | | | | | |")
-            continue
-        sp = r.get("speedup_decode_tok_s") or {}
-        lines.append(
-            f"| `{r['configuration']}` | {r['point']} | {d['pred']:.1f} [{d['lo']:.1f}, {d['hi']:.1f}] | {d['measured']:.1f} | "
-            f"{d['error_pct']:+.1f} % | {'yes' if d['covered'] else 'no'} | "
-            f"{_fmt((r.get('output_tok_s') or {}).get('error_pct'), 1)} % | {_fmt((r.get('verify_ms') or {}).get('error_pct'), 1)} % | "
-            f"{_fmt(sp.get('pred'), 3)} / {_fmt(sp.get('measured'), 3)} |")
-    return lines
-
-
 def analyse(work: Path, draws: int, measure_log: dict[str, dict]) -> int:
     params = load_params(work / "params.yaml")
     results = work / "results"
@@ -233,13 +193,14 @@ def analyse(work: Path, draws: int, measure_log: dict[str, dict]) -> int:
         preds = predict(cal, cands, points, wl, draws=draws, seed=0, measured=measured)
         pred_s = time.monotonic() - t0
         held = {c.key for c in cands if c.speculative} - _keys(names, params)
-        rows = _errors(preds, held)
+        rows = held_out_errors(preds, held)
         closed = [r for r in rows if r["point"] in ("c1", "c8") and r.get("decode_tok_s")]
         errs = [abs(r["decode_tok_s"]["error_pct"]) for r in closed]
         allm = [r[m] for r in rows for m in ("decode_tok_s", "output_tok_s", "verify_ms", "accept_length") if m in r]
         report[f"calibration_{label}"] = {
             "calibrated_from": names, "fit_s": fit_s, "predict_s": pred_s,
             "undetermined_constants": {k: c["reason"] for k, c in cal.constants().items() if not c["determined"]},
+            "excluded_windows": cal.excluded(),
             "held_out": sorted(held), "errors": rows,
             "decode_tok_s_c1_c8": {"predicted": len(closed),
                                    "refused": sum(1 for r in rows if r["point"] in ("c1", "c8") and r["status"] != "ok"),
@@ -257,7 +218,7 @@ def analyse(work: Path, draws: int, measure_log: dict[str, dict]) -> int:
     (OUT / "calibration-emulator.md").write_text(_markdown(report))
     a = report["calibration_A"]["decode_tok_s_c1_c8"]
     print(f"[validation] A: decode tok/s at c1/c8, {a['within_target']} of {a['predicted']} predictions within "
-          f"{TARGET_PCT:g} % (max |error| {_fmt(a['max_abs_error_pct'])} %); wrote {OUT / 'calibration-emulator.md'}")
+          f"{TARGET_PCT:g} % (max |error| {fmt(a['max_abs_error_pct'])} %); wrote {OUT / 'calibration-emulator.md'}")
     return 0
 
 
@@ -277,23 +238,25 @@ def _markdown(r: dict) -> str:
         f"A launch in which the emulator missed its own planned iteration times by more than {SCHEDULE_LIMIT_PCT:g} % "
         f"(a busy machine stretches its sleeps; read from its ground-truth file by this harness only) was measured "
         f"again, up to {MAX_ATTEMPTS} times. Schedule error of the runs used: "
-        + ", ".join(f"{k} {_fmt(v, 1)} %" for k, v in r["schedule_error_pct"].items()) + ".", "",
+        + ", ".join(f"{k} {fmt(v, 1)} %" for k, v in r["schedule_error_pct"].items()) + ".", "",
         "`lab/calibrate` never reads the hidden profile: it fits the results (`result.json`, `runs.json`, "
         "`requests.jsonl`; never the emulator's ground-truth file) exactly as it would a real SGLang server's.", "",
         f"## A. Baseline + 2 EAGLE-3 configurations ({', '.join(A['calibrated_from'][1:])}) -> the 6 others", "",
         f"**Verdict (computed): target {verdict}.** Decode tok/s at c1 and c8: {a['within_target']} of {a['predicted']} "
-        f"held-out predictions within {TARGET_PCT:g} % (mean |error| {_fmt(a['mean_abs_error_pct'])} %, max "
-        f"{_fmt(a['max_abs_error_pct'])} %; {a['refused']} refused as undetermined). 95 % prediction intervals covered "
+        f"held-out predictions within {TARGET_PCT:g} % (mean |error| {fmt(a['mean_abs_error_pct'])} %, max "
+        f"{fmt(a['max_abs_error_pct'])} %; {a['refused']} refused as undetermined). 95 % prediction intervals covered "
         f"{A['interval_coverage']['covered']} of {A['interval_coverage']['of']} held-out measurements (all metrics, all points).", "",
-        *_error_table(A["errors"], ("c1", "c8")), "",
-        "Open-loop points (rates; no target):", "", *_error_table(A["errors"], ("r4", "r12")), "",
+        *error_table(A["errors"], ("c1", "c8")), "",
+        "Open-loop points (rates; no target):", "", *error_table(A["errors"], ("r4", "r12")), "",
         f"Ranking at c1 (most likely to win first): {', '.join(f'`{k}`' for k in A['ranking_c1'])}.", "",
+        "Windows left out as outliers: " + ("; ".join(f"{k} ({v})" for k, v in A["excluded_windows"].items())
+                                             or "none") + ".", "",
         "Fitted constants beside the hidden profile's:", "",
         "| constant | hidden | fitted | stderr | determined / why not |", "| --- | ---: | ---: | ---: | --- |"]
     for c in A["constants_vs_hidden"]:
         fitted = c["fitted"]
-        ftxt = ", ".join(f"{x:.3f}" for x in fitted) if isinstance(fitted, list) else _fmt(fitted, 4)
-        lines.append(f"| `{c['constant']}` | {_fmt(c['hidden'], 4)} | {ftxt} | {_fmt(c['stderr'], 4)} | "
+        ftxt = ", ".join(f"{x:.3f}" for x in fitted) if isinstance(fitted, list) else fmt(fitted, 4)
+        lines.append(f"| `{c['constant']}` | {fmt(c['hidden'], 4)} | {ftxt} | {fmt(c['stderr'], 4)} | "
                      f"{'yes' if c['determined'] else 'no: ' + str(c['reason'])} |")
     b = B["decode_tok_s_c1_c8"]
     lines += [
@@ -302,9 +265,9 @@ def _markdown(r: dict) -> str:
         "runs the draft-extend outside CUDA graphs, booked with prefill in `extend`).", "",
         f"## B. Baseline + 1 EAGLE-3 configuration ({B['calibrated_from'][1]}), as the GPU plan has it", "",
         f"Predicted {b['predicted']} held-out (configuration, c1/c8) cells, refused {b['refused']}: "
-        f"mean |error| {_fmt(b['mean_abs_error_pct'])} %, max {_fmt(b['max_abs_error_pct'])} %. Constants it cannot "
+        f"mean |error| {fmt(b['mean_abs_error_pct'])} %, max {fmt(b['max_abs_error_pct'])} %. Constants it cannot "
         "determine: " + "; ".join(f"`{k}`" for k in B["undetermined_constants"]) + ".", "",
-        *_error_table(B["errors"], ("c1", "c8")), "",
+        *error_table(B["errors"], ("c1", "c8")), "",
         "## Reading", "",
         "- A prediction is refused, not extrapolated, when it needs a constant the calibration data did not determine "
         "(B: other num_steps need the verify cost per token and the acceptance at deeper draft positions).",

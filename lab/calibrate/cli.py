@@ -1,6 +1,7 @@
 """``lab calibrate``, ``lab predict`` and ``lab sweep --order``: the command-line ends of :mod:`lab.calibrate`.
 
     lab calibrate [results/<mode> ...] [--out reports/calibration] [--name NAME] [--fill-from PROFILE]
+                  [--points c1 c8]
     lab predict [--calibration reports/calibration/calibration.json] [--grid num_steps=1,2,3,4 ...]
                 [--concurrency 1 8 16] [--request-rate 4 12] [--point c1] [--order win|uncertain]
                 [--draws 200] [--measured results/<mode> ...] [--out reports/predictions]
@@ -80,6 +81,8 @@ def _constants_markdown(cal, profile_path: Path) -> str:
         lines += ["", f"Pooled per-token accept probability {acc.p_pooled:.4f} (binomial SE {acc.p_pooled_stderr():.4f}); "
                   f"chi-square homogeneity across positions: p = {'-' if hp is None else f'{hp:.3g}'} "
                   "(small p: the positions differ and predictions use each position's own rate)."]
+    if cal.excluded():
+        lines += ["", "## Windows left out as outliers", ""] + [f"- {k}: {v}" for k, v in cal.excluded().items()]
     lines += ["", "## Verify graph capture", ""] + [f"- `{v}`: {g} ({cal.verify_graph_source[v]})" for v, g in
                                                     cal.verify_graph.items()]
     if cal.notes:
@@ -92,6 +95,8 @@ def add_calibrate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", nargs="*", type=Path, help="result directories (default: every results/<mode>/)")
     p.add_argument("--out", type=Path, default=None, help="output directory (default <repo>/reports/calibration)")
     p.add_argument("--name", default="calibrated", help="the profile's name")
+    p.add_argument("--points", nargs="*", default=None,
+                   help="only these point keys (e.g. c1 c8: hold r4 out to test the predictions there)")
     p.add_argument("--fill-from", default=None,
                    help="profile (name or path) whose values fill the constants the data do not determine, marked "
                         "NOT FITTED, so the emulator can run the profile")
@@ -108,7 +113,7 @@ def calibrate_main(args: argparse.Namespace) -> int:
     root = repo_root()
     dirs = list(args.results) or default_result_dirs(root)
     try:
-        cal = calibrate(dirs)
+        cal = calibrate(dirs, set(args.points) if args.points else None)
         fill = load_profile(args.fill_from)[0] if args.fill_from else None
     except (CalibrationInputError, ProfileError) as exc:
         print(f"error: {exc}", file=sys.stderr)

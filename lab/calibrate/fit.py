@@ -6,10 +6,10 @@ marked (:func:`lab.calibrate.linfit.fit_linear`), and estimates the per-position
 Blocks:
 
 1. ``decode``, ``verify``, ``draft``, ``draft_extend``, ``extend``;
-2. ``overhead``: the engine's busy time in a window minus the device time of every forward
-   category, per iteration (decode and prefill: :mod:`lab.calibrate.observe`, ``busy_ms``),
-   against the iteration-weighted mean batch, the share of prefill iterations and the requests
-   per iteration (each request's send-to-admission latency is busy time once).
+2. ``overhead``: a decode iteration's wall time (:mod:`lab.calibrate.observe`, ``decode_wall_ms``)
+   minus its device time (with the fitted eager draft-extend where that ran outside graphs);
+3. ``prefill_wall``: the window's busy time minus its decode iterations' wall (device + fitted
+   overhead) minus the prefills' device time, per prefill.
 
 Acceptance: per draft position j, the pooled life-table estimate ``alpha_j = successes_j /
 trials_j`` over every chain-draft configuration (:mod:`lab.calibrate.observe`), with a Jeffreys
@@ -137,6 +137,10 @@ class Calibration:
                              "reason": fit.reasons.get(name), "results": used, "n": fit.n, "dof": fit.dof}
         return out
 
+    def excluded(self) -> dict[str, str]:
+        """``{"<block>: <window>": why}`` for every window a block left out as an outlier."""
+        return {f"{b}: {label}": why for b, fit in self.blocks.items() for label, why in fit.excluded.items()}
+
     def to_json(self) -> dict[str, Any]:
         """``calibration.json`` content: the observations (which re-create the fit, :meth:`from_json`),
         and the fit summarised for a reader."""
@@ -155,7 +159,7 @@ class Calibration:
                 "rates": [acc.rate(j + 1) for j in range(len(acc.trials))], "p_pooled": acc.p_pooled,
                 "p_pooled_stderr": acc.p_pooled_stderr(), "homogeneity_p": acc.homogeneity_p,
                 "per_config": acc.per_config, "sources": acc.sources},
-            "notes": self.notes,
+            "notes": self.notes, "excluded_windows": self.excluded(),
             "observations": self.obs.to_dict(),
         }
 
@@ -244,6 +248,28 @@ def _verify_graph(obs: Observations, variants: dict[str, str]) -> tuple[dict[str
     return flags, why
 
 
+def _device_ms(blocks: dict[str, LinearFit], vcols: list[str], t_ref: int, variant: str | None, cfg, w: Window,
+               b: float) -> float:
+    """The fitted device ms of one decode iteration of ``cfg`` at batch ``b`` (KV scaled with the
+    batch, the window's graph share); NaN where a block needed is not estimable there."""
+    kv = w.kv_mean_k * b / w.batch_mean if w.batch_mean else w.kv_mean_k
+    parts: list[tuple[str, np.ndarray]]
+    if not cfg.speculative:
+        parts = [("decode", model.decode_x(b, kv, w.graph_frac))]
+    else:
+        parts = [("verify", model.verify_x(vcols, b, kv, w.graph_frac, cfg.num_draft_tokens, t_ref, variant)),
+                 ("draft", model.draft_x(b, cfg.num_steps))]
+        parts.append(("extend", model.extend_x(0.0, 0.0, 1.0, b - 1)) if _eager_extend(w, cfg)
+                     else ("draft_extend", model.draft_extend_x(b)))
+    total = 0.0
+    for name, x in parts:
+        fit = blocks[name]
+        if not fit.estimable(x)[0]:
+            return math.nan
+        total += fit.predict(x)
+    return total
+
+
 def statistics_mean(xs: list[float]) -> float:
     """Arithmetic mean (``xs`` non-empty)."""
     return float(sum(xs) / len(xs))
@@ -282,17 +308,51 @@ def fit_observations(obs: Observations) -> Calibration:
             eager = _eager_extend(w, cfg)
             rows["extend"].append((model.extend_x(w.prefill_passes, w.prefill_tokens_k * 1e3,
                                                   w.iters if eager else 0.0,
-                                                  w.iters * (w.batch_mean - 1) if eager else 0.0), f["extend"], w.label))
+                                                  w.iters * (w.batch_mean - 1) if eager else 0.0,
+                                                  speculative=cfg.speculative), f["extend"], w.label))
     blocks = {name: _fit_block(name, rows[name], vcols if name == "verify" else model.BLOCKS[name])
               for name in ("decode", "verify", "draft", "draft_extend", "extend")}
+    ext = blocks["extend"]
+    gpu_iter: dict[str, float] = {}  # window label -> device ms per decode iteration (all of the cycle)
     for w in obs.windows:
-        if w.busy_ms is None or w.prefill_passes is None or w.iters + w.prefill_passes <= 0:
+        cfg = obs.configs[w.config]
+        if w.iters <= 0:
             continue
-        n_it = w.iters + w.prefill_passes
-        cpu = (w.busy_ms - sum(w.forward_ms.values())) / n_it
-        rows["overhead"].append((model.overhead_x(1 + (w.batch_mean - 1) * w.iters / n_it, w.prefill_passes / n_it,
-                                                  w.requests / n_it), cpu, w.label))
+        cats = ("target_verify", "eagle_draft", "eagle_draft_extend", "decode") if cfg.speculative else ("decode",)
+        gpu = sum(w.forward_ms.get(c, 0.0) for c in cats) / w.iters
+        if _eager_extend(w, cfg):  # its draft-extend is in `extend`, with the prefills
+            x = model.extend_x(0.0, 0.0, 1.0, w.batch_mean - 1)
+            if not ext.estimable(x)[0]:
+                notes.append(f"{w.label}: draft-extend outside CUDA graphs with an undetermined cost; not used for "
+                             "the scheduler overhead")
+                continue
+            gpu += ext.predict(x)
+        gpu_iter[w.label] = gpu
+        if w.decode_wall_ms is not None and w.decode_wall_batch is not None:
+            # the clean requests saw larger batches than the window's mean iteration: move the device
+            # time to their batch with the fitted per-sequence slopes
+            shift = _device_ms(blocks, vcols, t_ref, variants.get(cfg.name), cfg, w, w.decode_wall_batch) - \
+                _device_ms(blocks, vcols, t_ref, variants.get(cfg.name), cfg, w, w.batch_mean)
+            if shift is None or math.isnan(shift):
+                continue
+            rows["overhead"].append((model.overhead_x(w.decode_wall_batch, 1.0 if cfg.speculative else 0.0),
+                                     w.decode_wall_ms - gpu - shift, w.label))
     blocks["overhead"] = _fit_block("overhead", rows["overhead"], model.BLOCKS["overhead"])
+    oh = blocks["overhead"]
+    for w in obs.windows:
+        cfg = obs.configs[w.config]
+        if w.busy_ms is None or not w.prefill_passes or w.label not in gpu_iter:
+            continue
+        x = model.overhead_x(w.batch_mean, 1.0 if cfg.speculative else 0.0)
+        if not oh.estimable(x)[0]:
+            continue
+        decode_wall = w.iters * (gpu_iter[w.label] + oh.predict(x))
+        booked = sum(v for c, v in w.forward_ms.items() if c != "extend")  # the decode iterations' own categories
+        eager_extend_total = w.iters * gpu_iter[w.label] - booked  # > 0 only where the draft-extend is in `extend`
+        prefill_dev = w.forward_ms.get("extend", 0.0) - eager_extend_total
+        rows["prefill_wall"].append((model.prefill_wall_x(), (w.busy_ms - decode_wall - prefill_dev) / w.prefill_passes,
+                                     w.label))
+    blocks["prefill_wall"] = _fit_block("prefill_wall", rows["prefill_wall"], model.BLOCKS["prefill_wall"])
     vg, vg_why = _verify_graph(obs, variants)
     extend_graph = {c.draft_extend_graph for c in obs.configs.values() if c.speculative and c.draft_extend_graph is not None}
     if len(extend_graph) > 1:
@@ -305,10 +365,10 @@ def fit_observations(obs: Observations) -> Calibration:
         engine_versions=sorted({str(c.engine_version) for c in obs.configs.values()}), notes=notes)
 
 
-def calibrate(dirs: list[Path]) -> Calibration:
-    """Read ``dirs`` and fit (module docstring). :raises CalibrationInputError: see
-    :func:`lab.calibrate.observe.read_results`."""
-    return fit_observations(read_results([Path(d) for d in dirs]))
+def calibrate(dirs: list[Path], points: set[str] | None = None) -> Calibration:
+    """Read ``dirs`` (only ``points``, when given) and fit (module docstring).
+    :raises CalibrationInputError: see :func:`lab.calibrate.observe.read_results`."""
+    return fit_observations(read_results([Path(d) for d in dirs], points))
 
 
 # ---------------------------------------------------------------- profile export
@@ -343,8 +403,9 @@ def export_profile(cal: Calibration, name: str, fill_from: Any = None, fill_name
     Units: the model's ``prefill.per_token_ms`` is ms per token, as the profile's. The profile has
     one ``eagle_draft_extend_ms``: the graph-captured draft-extend's when it was measured, else
     the eager one's. ``decode.eager_over_graph`` is ``eager_ms_bs1 / graph_ms_bs1`` (delta-method
-    standard error). The scheduler overhead's per-sequence slope has no place in the profile and is
-    named in the description.
+    standard error). Constants the profile format has no place for (the scheduler overhead's
+    per-sequence slope and speculative extra, the prefill's wall-time extra, the draft model's
+    prefill) are named with their values in the description.
     """
     f = fill_from
 
@@ -409,16 +470,19 @@ def export_profile(cal: Calibration, name: str, fill_from: Any = None, fill_name
     else:
         p_acc = _undetermined("no chain-draft configuration with real acceptance was measured", {},
                               fv("acceptance.p_accept_per_draft_token"), fill_name)
-    oh_slope = consts["scheduler_overhead_per_extra_seq_ms"]
+    outside = [n for n in ("scheduler_overhead_per_extra_seq_ms", "spec_overhead_ms", "prefill_extra_ms",
+                           "draft.prefill_base_ms", "draft.prefill_per_token_ms")]
+    extra = "; ".join(f"{n} " + (f"{consts[n]['value']:.4g} ms" if consts[n]["determined"] else "undetermined")
+                      for n in outside)
     versions = cal.engine_versions
     version = versions[0] if len(versions) == 1 else None
     return {
         "name": name, "version": 1,
         "description": (f"Fitted by `lab calibrate` from {', '.join(sorted(cal.obs.configs))} (engine {cal.engine}, "
                         f"build {', '.join(versions)}); every constant says which measured windows it came from and "
-                        f"its uncertainty; null ones were not determined by the data. Scheduler overhead per extra "
-                        f"sequence (not in this format): "
-                        + (f"{oh_slope['value']:.4f} ms" if oh_slope["determined"] else "undetermined") + "."),
+                        f"its uncertainty; null ones were not determined by the data. Fitted but not in this "
+                        f"format (the emulator does not model them; calibration.json has them, predictions use "
+                        f"them): {extra}."),
         "models_build": {"label": f"fitted to {cal.engine} {', '.join(versions)}",
                          "sglang_version": version if version and version[:1].isdigit() else None,
                          "source": "the engine_version recorded in the measured result.json files"},

@@ -40,6 +40,14 @@ Uncertainty (Student t, ``n - p`` degrees of freedom, ``s^2 = RSS / (n - p)``):
 
 With ``n == p`` (as many windows as determined columns) the coefficients are determined but
 ``s`` is not: ``s2`` is None and intervals are unavailable (``None``), never zero.
+
+Outlying windows (a first-use stall inside a measured window, a machine busy for one repeat)
+are excluded one at a time, and named with their reason, while the largest externally
+studentized residual ``t_i = e_i / (s_(i) sqrt(1 - h_ii))`` exceeds the Bonferroni critical value
+``t_{n-p-1, 1 - alpha/(2n)}`` (alpha 0.05; Cook & Weisberg 1982, "Residuals and Influence in
+Regression", section 2.2.3) and the window is more than 2 % off the others' fit (a tightly fitted
+block would otherwise lose windows for deviations of no consequence), at most a quarter of the
+windows.
 """
 
 from __future__ import annotations
@@ -90,6 +98,7 @@ class LinearFit:
     :ivar s2: residual variance ``RSS / (n - p)`` (None when ``n == p``); :ivar dof: ``n - p``.
     :ivar n: rows; :ivar rows: a label per row (which result and point it came from).
     :ivar X, y: the data (kept for estimability checks and diagnostics).
+    :ivar excluded: ``{row label: why}`` for windows left out as outliers (module docstring).
     """
 
     names: list[str]
@@ -106,6 +115,7 @@ class LinearFit:
     X: np.ndarray
     y: np.ndarray
     _alias: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    excluded: dict[str, str] = field(default_factory=dict)
 
     def index(self, name: str) -> int:
         """Column index of ``name``. :raises KeyError: unknown column."""
@@ -201,7 +211,7 @@ class LinearFit:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (``constants``: value, stderr, ci95, determined, reason, vif)."""
         return {
-            "n": self.n, "dof": self.dof, "s2": self.s2, "rows": self.rows,
+            "n": self.n, "dof": self.dof, "s2": self.s2, "rows": self.rows, "excluded": self.excluded,
             "residual_sd": math.sqrt(self.s2) if self.s2 is not None else None,
             "constants": {name: {"value": self.value(name), "stderr": self.stderr(name), "ci95": self.ci95(name),
                                  "determined": self.determined[i], "reason": self.reasons.get(name),
@@ -210,15 +220,60 @@ class LinearFit:
         }
 
 
+def _studentized(fit: "LinearFit") -> np.ndarray:
+    """Externally studentized residuals of ``fit`` (NaN where undefined)."""
+    n, p = fit.n, fit.n - fit.dof
+    out = np.full(n, np.nan)
+    if fit.s2 is None or fit.dof < 2:
+        return out
+    e = fit.y - fit.X @ fit.coef
+    h = np.einsum("ij,jk,ik->i", fit.X, fit.xtx_inv, fit.X)
+    for i in range(n):
+        if h[i] >= 1 - 1e-9:
+            continue
+        s2_i = ((n - p) * fit.s2 - e[i] ** 2 / (1 - h[i])) / (n - p - 1)
+        if s2_i > 0:
+            out[i] = e[i] / np.sqrt(s2_i * (1 - h[i]))
+    return out
+
+
 def fit_linear(X: np.ndarray, y: np.ndarray, names: list[str], rows: list[str] | None = None,
-               vif_limit: float = VIF_LIMIT) -> LinearFit:
-    """OLS of ``y`` on ``X`` with undetermined columns marked (module docstring).
+               vif_limit: float = VIF_LIMIT, outliers: bool = True) -> LinearFit:
+    """OLS of ``y`` on ``X`` with undetermined columns marked and outlying windows excluded
+    (module docstring).
 
     :param X: n x p regressors; :param y: n observations; :param names: p column names.
     :param rows: a label per row (provenance). :param vif_limit: see :data:`VIF_LIMIT`.
+    :param outliers: apply the Bonferroni outlier test (module docstring).
     :returns: a :class:`LinearFit` (with no rows every column is undetermined).
     :raises ValueError: shapes disagree, or a non-finite value in ``X`` or ``y``.
     """
+    labels = list(rows or [f"row {i}" for i in range(len(y))])
+    fit = _fit(X, y, names, labels, vif_limit)
+    excluded: dict[str, str] = {}
+    while outliers and fit.n >= 4 and len(excluded) < len(labels) // 4:
+        t = _studentized(fit)
+        if np.all(np.isnan(t)):
+            break
+        crit = float(stats.t.ppf(1 - 0.05 / (2 * fit.n), fit.dof - 1))
+        pred = fit.X @ fit.coef
+        far = np.abs(fit.y - pred) > 0.02 * np.abs(pred)
+        t = np.where(far, t, np.nan)
+        if np.all(np.isnan(t)):
+            break
+        i = int(np.nanargmax(np.abs(t)))
+        if abs(t[i]) <= crit:
+            break
+        excluded[fit.rows[i]] = (f"outlier: externally studentized residual {t[i]:+.1f} beyond the Bonferroni "
+                                 f"critical value {crit:.1f} (observed {fit.y[i]:.4g}, the others' fit "
+                                 f"{float(fit.X[i] @ fit.coef):.4g})")
+        keep = [k for k in range(fit.n) if k != i]
+        fit = _fit(fit.X[keep], fit.y[keep], names, [fit.rows[k] for k in keep], vif_limit)
+    fit.excluded = excluded
+    return fit
+
+
+def _fit(X: np.ndarray, y: np.ndarray, names: list[str], rows: list[str], vif_limit: float) -> LinearFit:
     X = np.asarray(X, float).reshape(len(y), len(names)) if len(y) else np.zeros((0, len(names)))
     y = np.asarray(y, float)
     if X.shape != (len(y), len(names)):

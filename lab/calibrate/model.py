@@ -26,29 +26,26 @@ block            y (ms)                                            columns (regr
 ``draft_extend`` ``eagle_draft_extend`` per decode iteration         ``draft.eagle_draft_extend_ms`` (1),
                                                                      ``draft.eagle_draft_extend_per_extra_seq_ms`` (b-1)
 ``extend``       ``extend`` in the whole window (prefill, plus the   ``prefill.base_ms`` (prefill passes),
-                 draft-extend when it ran outside CUDA graphs)       ``prefill.per_token_ms`` (prompt tokens computed),
-                                                                     ``draft.eager_extend_ms`` (decode iterations),
-                                                                     ``draft.eager_extend_per_extra_seq_ms`` (sum of b-1)
-``overhead``     busy time minus device time, per iteration          ``scheduler_overhead_ms`` (1),
-                 (decode and prefill)                                ``scheduler_overhead_per_extra_seq_ms`` (b-1),
-                                                                     ``prefill_overhead_ms`` (prefills per iteration),
-                                                                     ``request_latency_ms`` (requests per iteration)
+                 draft-extend when it ran outside CUDA graphs, and   ``prefill.per_token_ms`` (prompt tokens computed),
+                 the draft model's forward over the prompt under     ``draft.eager_extend_ms`` (decode iterations),
+                 speculation)                                        ``draft.eager_extend_per_extra_seq_ms`` (sum of b-1),
+                                                                     ``draft.prefill_base_ms`` (speculative prefill passes),
+                                                                     ``draft.prefill_per_token_ms`` (their prompt tokens)
+``overhead``     a decode iteration's wall time minus its device     ``scheduler_overhead_ms`` (1),
+                 time (requests whose decode ran without a           ``scheduler_overhead_per_extra_seq_ms`` (b-1),
+                 prefill in between)                                 ``spec_overhead_ms`` (1 for a speculative cycle)
+``prefill_wall`` busy time minus device time minus the decode        ``prefill_extra_ms`` (1)
+                 iterations' overhead, per prefill
 ===============  =================================================  ==========================
 
 ``g``: share of the iterations that replayed a CUDA graph; ``b``: sequences in the batch; ``kv``:
 KV tokens of the batch / 1000; ``t``: tokens verified per sequence (``num_draft_tokens``);
 ``t_ref``: the reference token count of the fit; ``s``: draft steps (``num_steps``).
-``request_latency_ms``: the time from a client's send to the scheduler admitting the request
-(HTTP, tokenization), which the engine's busy time includes once per request;
-``prefill_overhead_ms``: what a prefill iteration's scheduling costs beyond a decode
-iteration's (the first iteration after idle also wakes the scheduler).
-
-A verify *variant* is what decides the verify code path besides graphs and sizes. In SGLang
-0.5.16 and 0.5.23 target-verify is captured in CUDA graphs in both attention modes and the mode
-only picks the attention backend (DESIGN.md, "SGLang 0.5.23 facts" and the 0.5.16 paragraph;
-``model_executor/runner/decode_cuda_graph_runner.py`` ~356-367), so there the variant is the
-verify attention backend and the two modes pool. For any other build (the seeds' older build,
-where prefill-mode verify ran outside graphs) the variant is the attention mode itself.
+``spec_overhead_ms``: what a speculative cycle's scheduling costs beyond a decode step's
+(draft-tree bookkeeping); ``prefill_extra_ms``: the wall time a prefill adds beyond its device
+time (its scheduling, and the request's send-to-admission latency, which the engine's busy time
+includes once per prefill at concurrency 1); ``draft.prefill_*``: the draft model's own forward
+over a new prompt, which SGLang books as ``extend`` beside the target's prefill.
 """
 
 from __future__ import annotations
@@ -56,7 +53,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["BLOCKS", "MODE_PICKS_BACKEND_ONLY_VERSIONS", "verify_variant", "verify_columns", "decode_x",
-           "verify_x", "verify_needs", "draft_x", "draft_extend_x", "extend_x", "overhead_x"]
+           "verify_x", "verify_needs", "draft_x", "draft_extend_x", "extend_x", "overhead_x", "prefill_wall_x"]
 
 #: SGLang builds in which the attention mode only selects the verify attention backend (DESIGN.md).
 MODE_PICKS_BACKEND_ONLY_VERSIONS = ("0.5.16", "0.5.23")
@@ -67,9 +64,9 @@ BLOCKS: dict[str, list[str]] = {
     "draft": ["draft.eagle_draft_ms_per_step", "draft.eagle_draft_per_extra_seq_ms"],
     "draft_extend": ["draft.eagle_draft_extend_ms", "draft.eagle_draft_extend_per_extra_seq_ms"],
     "extend": ["prefill.base_ms", "prefill.per_token_ms", "draft.eager_extend_ms",
-               "draft.eager_extend_per_extra_seq_ms"],
-    "overhead": ["scheduler_overhead_ms", "scheduler_overhead_per_extra_seq_ms", "prefill_overhead_ms",
-                 "request_latency_ms"],
+               "draft.eager_extend_per_extra_seq_ms", "draft.prefill_base_ms", "draft.prefill_per_token_ms"],
+    "overhead": ["scheduler_overhead_ms", "scheduler_overhead_per_extra_seq_ms", "spec_overhead_ms"],
+    "prefill_wall": ["prefill_extra_ms"],
 }
 _VERIFY_SHARED = ["verify.graph_ms_ref", "verify.eager_ms_ref", "verify.per_extra_token_ms", "verify.per_extra_seq_ms"]
 
@@ -125,12 +122,20 @@ def draft_extend_x(b: float) -> np.ndarray:
     return np.array([1.0, b - 1])
 
 
-def extend_x(passes: float, tokens: float, eager_extend_iters: float = 0.0, eager_extend_extra_seqs: float = 0.0) -> np.ndarray:
-    """Row of the ``extend`` block: a window's (or one prefill's) totals."""
-    return np.array([passes, tokens, eager_extend_iters, eager_extend_extra_seqs])
+def extend_x(passes: float, tokens: float, eager_extend_iters: float = 0.0, eager_extend_extra_seqs: float = 0.0,
+             speculative: bool = False) -> np.ndarray:
+    """Row of the ``extend`` block: a window's (or one prefill's) totals; under speculation the
+    prefill passes and tokens also enter the draft model's prefill columns."""
+    s = 1.0 if speculative else 0.0
+    return np.array([passes, tokens, eager_extend_iters, eager_extend_extra_seqs, s * passes, s * tokens])
 
 
-def overhead_x(b: float, prefills_per_iteration: float = 0.0, requests_per_iteration: float = 0.0) -> np.ndarray:
-    """Row of the ``overhead`` block: one decode iteration of batch ``b`` (``b`` 1 and
-    ``prefills_per_iteration`` 1 for a prefill); a window's row carries its shares."""
-    return np.array([1.0, b - 1, prefills_per_iteration, requests_per_iteration])
+def overhead_x(b: float, speculative: float = 0.0) -> np.ndarray:
+    """Row of the ``overhead`` block: a decode iteration of batch ``b`` (``speculative`` 1 for a
+    speculative cycle; a window's row carries its mean batch)."""
+    return np.array([1.0, b - 1, speculative])
+
+
+def prefill_wall_x() -> np.ndarray:
+    """Row of the ``prefill_wall`` block (one prefill)."""
+    return np.array([1.0])

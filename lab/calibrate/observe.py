@@ -32,13 +32,22 @@ Per window (all times ms, KV in thousands of tokens):
 - ``prefill_tokens``: prompt tokens the window's prefills computed (``prompt_tokens -
   cached_tokens``: SGLang's radix cache skips cached prefixes); ``prefill_passes`` from the
   ``prefill_*`` pass counters when recorded, else (closed loop at concurrency 1, where each
-  request is prefilled alone) the number of requests, else None;
+  request is prefilled alone) the number of requests, else the number of groups of first-chunk
+  times (requests prefilled together get their first token in the same iteration; times closer
+  than half the median inter-chunk gap are one group), else None;
+- ``decode_wall_ms``: wall time per decode iteration, from the requests whose decode ran with no
+  prefill in between (no other request's first chunk between their first and last chunk; at
+  concurrency 1 every request): their ``(last chunk - first chunk)`` summed over their decode
+  iterations summed. Only a request's end points enter, so the client's per-chunk receive jitter
+  at high concurrency does not. Minus the device time per iteration it is the scheduler's CPU
+  time per iteration (:mod:`lab.calibrate.fit`, block ``overhead``). ``decode_wall_batch``: the
+  mean batch of those iterations as those requests saw them (requests running at each of their
+  chunks), which weighs large batches more than ``batch_mean`` does.
 - ``busy_ms``: how long the engine had work: the length of the union of the requests'
   ``[t_send, last chunk]`` intervals (idle gaps between them, e.g. between closed-loop requests at
-  concurrency 1 or between open-loop arrivals, left out). Busy time minus the device time of
-  every forward category, over the window's iterations (decode + prefill), is the scheduler's
-  CPU time per iteration (:mod:`lab.calibrate.fit`, block ``overhead``). Only the end points of
-  requests enter, so the client's per-chunk receive jitter at high concurrency does not.
+  concurrency 1 or between open-loop arrivals, left out); busy time minus all device time and the
+  decode iterations' scheduling is what the prefills added beyond their device time (block
+  ``prefill_wall``).
 
 Acceptance (chain drafts, ``eagle_topk`` 1, real acceptance: no ``SGLANG_SIMULATE_ACC_LEN``):
 per draft position j, ``successes[j]`` and ``trials[j]`` of "draft token j accepted given
@@ -134,6 +143,8 @@ class Window:
     draft_incomplete: bool
     busy_ms: float | None
     chunks_per_iteration: bool
+    decode_wall_ms: float | None = None
+    decode_wall_batch: float | None = None
 
     @property
     def label(self) -> str:
@@ -324,11 +335,41 @@ def _first_group(recs: list[dict[str, Any]], concurrency: int) -> int | None:
     return sum(1 for t, _ in burst if t - t0 < 1e-3)
 
 
+def _prefill_groups(recs: list[dict[str, Any]]) -> float | None:
+    """Prefill iterations of a window counted from the client side (module docstring), or None
+    when the chunks are too few to tell."""
+    gaps = [b[0] - a[0] for r in recs for a, b in zip(r.get("chunks") or [], (r.get("chunks") or [])[1:])]
+    firsts = sorted(r["chunks"][0][0] for r in recs if r.get("chunks"))
+    if not gaps or not firsts:
+        return None
+    tol = 0.5 * sorted(gaps)[len(gaps) // 2]
+    return float(1 + sum(1 for a, b in zip(firsts, firsts[1:]) if b - a > tol))
+
+
 def _turnaround_ms(recs: list[dict[str, Any]]) -> float | None:
     """Median gap (ms) from one request's last chunk to the next request's send (closed loop, c=1)."""
     seq = sorted((r["t_send"], r["chunks"][-1][0]) for r in recs if r.get("t_send") is not None and r.get("chunks"))
     gaps = [b[0] - a[1] for a, b in zip(seq, seq[1:]) if b[0] >= a[1]]
     return sorted(gaps)[len(gaps) // 2] * 1e3 if gaps else None
+
+
+def _decode_wall(recs: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+    """``(wall ms per decode iteration, mean batch)`` of the requests decoded without a prefill in
+    between (module docstring); ``(None, None)`` when there is none."""
+    with_chunks = [r for r in recs if len(r.get("chunks") or []) >= 2 and _decode_iterations(r) > 0]
+    gaps = [b[0] - a[0] for r in with_chunks for a, b in zip(r["chunks"], r["chunks"][1:])]
+    if not with_chunks or not gaps:
+        return None, None
+    tol = 0.5 * sorted(gaps)[len(gaps) // 2]
+    firsts = [r["chunks"][0][0] for r in recs if r.get("chunks")]
+    spans = [(r["chunks"][0][0], r["chunks"][-1][0]) for r in recs if r.get("chunks")]
+    clean = [r for r in with_chunks if not any(r["chunks"][0][0] + tol < f < r["chunks"][-1][0] - tol for f in firsts)]
+    iters = sum(_decode_iterations(r) for r in clean)
+    if not iters:
+        return None, None
+    seen = [sum(1 for a, b in spans if a - tol <= c[0] <= b + tol) for r in clean for c in r["chunks"][1:]]
+    wall = sum(r["chunks"][-1][0] - r["chunks"][0][0] for r in clean) * 1e3 / iters
+    return wall, (sum(seen) / len(seen) if seen else None)
 
 
 def _busy_ms(recs: list[dict[str, Any]]) -> float | None:
@@ -362,7 +403,7 @@ def _window(cfg: MeasuredConfig, row: dict[str, Any], recs: list[dict[str, Any]]
     elif row.get("concurrency") == 1 and row.get("request_rate") is None:
         passes = float(len(ok))
     else:
-        passes = None
+        passes = _prefill_groups(ok)
     new_tokens = sum(int(r.get("prompt_tokens") or 0) - int((r.get("meta_info") or {}).get("cached_tokens") or 0)
                      for r in ok)
     per_iter = all(_chunk_grants(r) is not None for r in ok) and bool(ok)
@@ -375,7 +416,8 @@ def _window(cfg: MeasuredConfig, row: dict[str, Any], recs: list[dict[str, Any]]
         kv_mean_k=(sum(_kv_sum(r) for r in ok) / iters / 1e3) if iters else 0.0,
         prefill_tokens_k=new_tokens / 1e3, prefill_passes=passes,
         draft_incomplete=bool(server.get("draft_incomplete")),
-        busy_ms=_busy_ms(ok),
+        busy_ms=_busy_ms(ok), **dict(zip(("decode_wall_ms", "decode_wall_batch"),
+                                         _decode_wall(ok) if per_iter else (None, None))),
         chunks_per_iteration=per_iter)
 
 
@@ -390,8 +432,10 @@ def _load_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def read_results(dirs: list[Path]) -> Observations:
-    """Read every result directory in ``dirs`` (see module docstring).
+def read_results(dirs: list[Path], points: set[str] | None = None) -> Observations:
+    """Read every result directory in ``dirs`` (see module docstring); with ``points``, only the
+    windows and requests of those point keys (``c1``, ``r4``...: hold points out of a calibration
+    to test its predictions there).
 
     Directories whose ``result.json`` is not ``status: ok`` are skipped with a note (a failed
     run's numbers are partial). Speculative configurations with ``eagle_topk`` > 1 contribute
@@ -419,6 +463,9 @@ def read_results(dirs: list[Path]) -> Observations:
         cfg = measured_config(d.name, d, result)
         runs = json.loads(runs_path.read_text())
         recs = _load_jsonl(d / "requests.jsonl")
+        if points is not None:
+            runs = [r for r in runs if str(r.get("point") or f"c{r.get('concurrency')}") in points]
+            recs = [r for r in recs if str(r.get("point") or f"c{r.get('concurrency')}") in points]
         by_window: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         for r in recs:
             by_window[(str(r.get("point") or f"c{r.get('concurrency')}"), int(r.get("repeat") or 0))].append(r)

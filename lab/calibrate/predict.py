@@ -26,8 +26,8 @@ depends on a constant the data did not determine: its mean regressors are checke
 draft position, its verify variant and graph capture against the calibration. It is never
 extrapolated silently.
 
-Residual noise of the ``extend`` (prefill) block is not drawn (its rows are window totals); its
-coefficients' uncertainty is.
+Residual noise of the prefill blocks (``extend``, ``prefill_wall``) is not drawn (their rows are
+window totals or per-prefill means, not per-iteration costs); their coefficients' uncertainty is.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ class _DrawCosts:
         self.gmax = graph_max_bs
         self.vgraph = bool(cal.verify_graph.get(variant)) if variant else False
         self.ext_graph = cal.draft_extend_graph is not False
-        self.rec: dict[str, list] | None = {k: [] for k in ("decode", "verify", "draft", "draft_extend", "extend", "overhead")} if record else None
+        self.rec: dict[str, list] | None = {k: [] for k in cal.blocks} if record else None
 
     def _use(self, block: str, x: np.ndarray) -> float:
         if self.rec is not None:
@@ -211,9 +211,10 @@ class _DrawCosts:
         return float(x @ self.b[block]) + self.e.get(block, 0.0)
 
     def prefill(self, new_tokens: int) -> float:
-        """Device time of a prefill plus its scheduling beyond a decode iteration's."""
-        return (self._use("extend", model.extend_x(1.0, float(new_tokens)))
-                + self._use("overhead", model.overhead_x(1.0, 1.0)) - self._use("overhead", model.overhead_x(1.0)))
+        """Wall time of a prefill iteration: device time (the draft model's too, under speculation)
+        plus what a prefill adds beyond it (block ``prefill_wall``)."""
+        return (self._use("extend", model.extend_x(1.0, float(new_tokens), speculative=self.c.speculative))
+                + self._use("prefill_wall", model.prefill_wall_x()))
 
     def decode(self, batch: int, kv_k: float) -> float:
         return self._use("decode", model.decode_x(batch, kv_k, 1.0 if batch <= self.gmax else 0.0))
@@ -230,14 +231,8 @@ class _DrawCosts:
         return v, d
 
     def overhead(self, batch: int) -> float:
-        return self._use("overhead", model.overhead_x(batch))
-
-    @property
-    def latency_ms(self) -> float:
-        """Send-to-admission latency of a request (the overhead block's ``request_latency_ms``)."""
-        if self.rec is not None:
-            self.rec["overhead"].append(np.array([0.0, 0.0, 0.0, 1.0]))
-        return max(0.0, float(self.b["overhead"][3]))
+        """Scheduling of one decode iteration (a speculative cycle's extra when speculative)."""
+        return self._use("overhead", model.overhead_x(batch, 1.0 if self.c.speculative else 0.0))
 
 
 # ---------------------------------------------------------------- the workload of a point
@@ -314,7 +309,7 @@ def _needs(cal: Calibration, cand: Candidate, point: PredictPoint, wl: Workload,
         simulate_run(reqs, costs, sampler=_sampler(cal, cand, None), rng=random.Random(rep),
                      concurrency=point.concurrency, arrivals_s=_arrivals(point, wl, rep, len(reqs)),
                      max_running=wl.max_running_requests, first_group=_first_group(cal),
-                     rate_max_concurrency=wl.rate_max_concurrency, latency_ms=costs.latency_ms)
+                     rate_max_concurrency=wl.rate_max_concurrency)
         for block, rows in (costs.rec or {}).items():
             if rows:  # extend rows are window totals, the others per-iteration means
                 recs.setdefault(block, []).append(np.sum(rows, axis=0) if block == "extend" else np.mean(rows, axis=0))
@@ -370,7 +365,7 @@ def predict(cal: Calibration, candidates: list[Candidate], points: list[PredictP
     block_draws = {k: f.draw(rng, draws) for k, f in cal.blocks.items()}
     depth = max([c.num_steps or 0 for c in candidates] + [1])
     alpha_draws = cal.acceptance.draw(rng, draws, depth) if cal.acceptance else np.full((draws, depth), np.nan)
-    noise = {k: rng.standard_normal((draws, wl.repeats)) for k in cal.blocks if k != "extend"}
+    noise = {k: rng.standard_normal((draws, wl.repeats)) for k in cal.blocks if k not in ("extend", "prefill_wall")}
     # how a closed-loop burst splits across the first prefills varies from window to window (a race
     # between the client's sends and the scheduler's first admission): each simulated repeat takes
     # one of the measured splits
@@ -410,8 +405,7 @@ def predict(cal: Calibration, candidates: list[Candidate], points: list[PredictP
                                              concurrency=point.concurrency, arrivals_s=arr[rep],
                                              max_running=wl.max_running_requests,
                                              first_group=groups[group_idx[k, rep]],
-                                             turnaround_ms=turnaround, latency_ms=costs.latency_ms,
-                                             rate_max_concurrency=wl.rate_max_concurrency))
+                                             turnaround_ms=turnaround, rate_max_concurrency=wl.rate_max_concurrency))
                 for m in METRICS:
                     vals = [r[m] for r in runs if r[m] is not None]
                     samples[m].append(statistics.fmean(vals) if vals else None)

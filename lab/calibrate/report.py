@@ -29,7 +29,8 @@ from lab.calibrate.observe import measured_config
 from lab.calibrate.order import rank
 from lab.calibrate.predict import METRICS, Prediction
 
-__all__ = ["measured_by_config", "predicted_costs", "markdown", "figure", "write_outputs", "caption"]
+__all__ = ["measured_by_config", "predicted_costs", "markdown", "figure", "write_outputs", "caption", "fmt",
+           "held_out_errors", "error_table"]
 
 _SHOWN = ("decode_tok_s", "output_tok_s", "verify_ms", "accept_length", "speedup_decode_tok_s")
 
@@ -250,3 +251,50 @@ def write_outputs(out_dir: Path, preds: list[Prediction], cal: Calibration, poin
     plt.close(fig)
     plt.close(fig2)
     return paths
+
+
+# ---------------------------------------------------------------- validation tables (benchmarks/calibration_*.py)
+
+def fmt(v, d: int = 2) -> str:
+    """A number with ``d`` decimals, ``-`` for None."""
+    return "-" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
+
+
+def held_out_errors(preds: list[Prediction], held_out_keys: set[str], points: set[str] | None = None) -> list[dict]:
+    """One row per prediction of a held-out configuration (or, with ``points``, also any
+    configuration at a held-out point) that has a measurement: per metric the prediction, its
+    interval, the measured mean, the error (%) and whether the interval covered the measurement."""
+    rows = []
+    for p in preds:
+        if p.candidate.key not in held_out_keys and not (points and p.point.key in points):
+            continue
+        row: dict[str, Any] = {"configuration": p.candidate.key, "mode": p.candidate.name, "point": p.point.key,
+                               "status": p.status, "needs": p.needs}
+        for m in ("decode_tok_s", "output_tok_s", "verify_ms", "accept_length", "speedup_decode_tok_s"):
+            pm, mv = p.metrics.get(m) or {}, p.measured.get(m)
+            if pm.get("pred") is None or mv is None:
+                continue
+            row[m] = {"pred": pm["pred"], "lo": pm["lo"], "hi": pm["hi"], "measured": mv,
+                      "error_pct": 100.0 * (pm["pred"] - mv) / mv, "covered": pm["lo"] <= mv <= pm["hi"]}
+        rows.append(row)
+    return rows
+
+
+def error_table(rows: list[dict], points: tuple[str, ...] | None = None) -> list[str]:
+    """Markdown lines of :func:`held_out_errors` rows (only ``points`` when given)."""
+    lines = ["| configuration | point | decode tok/s pred [95 % PI] | measured | error | in PI | output tok/s error | "
+             "verify ms error | speedup pred / measured |", "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | --- |"]
+    for r in rows:
+        if points and r["point"] not in points:
+            continue
+        d = r.get("decode_tok_s")
+        if d is None:
+            lines.append(f"| `{r['configuration']}` | {r['point']} | {r['status']}: {'; '.join(r['needs'])[:160]} | | | | | | |")
+            continue
+        sp = r.get("speedup_decode_tok_s") or {}
+        lines.append(
+            f"| `{r['configuration']}` | {r['point']} | {d['pred']:.1f} [{d['lo']:.1f}, {d['hi']:.1f}] | {d['measured']:.1f} | "
+            f"{d['error_pct']:+.1f} % | {'yes' if d['covered'] else 'no'} | "
+            f"{fmt((r.get('output_tok_s') or {}).get('error_pct'), 1)} % | {fmt((r.get('verify_ms') or {}).get('error_pct'), 1)} % | "
+            f"{fmt(sp.get('pred'), 3)} / {fmt(sp.get('measured'), 3)} |")
+    return lines

@@ -6,7 +6,8 @@ SGLang's scheduler order: at each iteration boundary, requests that have arrived
 to ``max_running_requests``; if any were admitted, one prefill (extend) iteration runs for all of
 them and each gets its first token; otherwise one decode step (one token per running request)
 or one speculative cycle (each request gets its accept length, cut to the tokens it still
-needs). Every iteration also costs the scheduler overhead; iterations chain (the next starts
+needs). Every decode iteration also costs the scheduler overhead (a prefill's wall time is given
+whole); iterations chain (the next starts
 when the previous ends) while there is work, and the engine idles until the next arrival
 otherwise.
 
@@ -51,7 +52,9 @@ class SimRequest:
 
 
 class Costs(Protocol):
-    """Per-iteration device times (ms) and scheduler overhead (ms) of one configuration."""
+    """Per-iteration device times (ms) and scheduler overhead (ms) of one configuration.
+    :meth:`prefill` is a prefill iteration's whole wall time (device and scheduling); a decode or
+    speculative iteration is :meth:`overhead` plus its device time."""
 
     def prefill(self, new_tokens: int) -> float: ...
 
@@ -192,7 +195,7 @@ def simulate_run(requests: list[SimRequest], costs: Costs, *, sampler: Sampler |
         new = [waiting.popleft() for _ in range(min(free, len(waiting)))]
         finished: list[_Req] = []
         if new:
-            t += costs.overhead(1) + costs.prefill(sum(r.spec.new_prompt_tokens for r in new))
+            t += costs.prefill(sum(r.spec.new_prompt_tokens for r in new))
             for r in new:
                 r.ct, r.t_first, r.t_last = 1, t, t
                 if r.chunks is not None:
@@ -287,7 +290,7 @@ class ProfileCosts:
 
     def prefill(self, new_tokens: int) -> float:
         self.passes["prefill_none"] += 1
-        return self._book("extend", self.p.prefill_s(new_tokens) * 1e3)
+        return self._book("extend", self.p.prefill_s(new_tokens) * 1e3) + self.p.overhead_s * 1e3
 
     def decode(self, batch: int, kv_k: float) -> float:
         g = batch <= self.gmax

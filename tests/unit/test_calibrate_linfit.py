@@ -90,3 +90,19 @@ def test_bad_input_is_refused():
         fit_linear(np.array([[1.0, math.nan]]), np.array([1.0]), ["a", "b"])
     empty = fit_linear(np.zeros((0, 2)), np.array([]), ["a", "b"])
     assert empty.determined == [False, False]
+
+
+def test_an_outlying_window_is_excluded_and_named():
+    """A first-use stall in one window: excluded by the Bonferroni outlier test, the fit recovers."""
+    rng = np.random.default_rng(7)
+    X, _ = _design(rng, 16)
+    y = X @ np.array([12.0, 0.1]) + rng.normal(0, 0.02, len(X))
+    y[3] += 5.0
+    rows = [f"w{i}" for i in range(len(y))]
+    fit = fit_linear(X, y, ["a", "s"], rows)
+    assert list(fit.excluded) == ["w3"] and "studentized" in fit.excluded["w3"]
+    assert fit.n == 15 and fit.value("a") == pytest.approx(12.0, abs=0.05)
+    kept = fit_linear(X, y, ["a", "s"], rows, outliers=False)
+    assert kept.n == 16 and not kept.excluded
+    clean = fit_linear(X, y - np.where(np.arange(len(y)) == 3, 5.0, 0.0), ["a", "s"], rows)
+    assert not clean.excluded  # nothing is excluded from well-behaved data

@@ -128,7 +128,7 @@ def test_cli_writes_calibration_profile_and_predictions(results, tmp_path, capsy
     params = yaml_params(tmp_path)
     out = tmp_path / "cal"
     args = argparse.Namespace(results=[results["baseline"], results["s1"], results["s4"]], out=out, name="fitted",
-                              fill_from=None)
+                              fill_from=None, points=None)
     assert calibrate_main(args) == 0
     assert {"calibration.json", "profile.json", "calibration.md"} <= {p.name for p in out.iterdir()}
     assert json.loads((out / "profile.json").read_text())["decode"]["graph_ms_bs1"]["fit"]["results"]
@@ -141,7 +141,7 @@ def test_cli_writes_calibration_profile_and_predictions(results, tmp_path, capsy
     pred = json.loads((tmp_path / "pred" / "predictions.json").read_text())
     assert pred["ranking"] and "EMULATOR" in pred["caption"]
     assert (tmp_path / "pred" / "predicted_vs_measured.png").stat().st_size > 1000
-    bad = argparse.Namespace(results=[tmp_path / "nothing"], out=out, name="x", fill_from=None)
+    bad = argparse.Namespace(results=[tmp_path / "nothing"], out=out, name="x", fill_from=None, points=None)
     assert calibrate_main(bad) == 2 and "no result.json" in capsys.readouterr().err
     assert parse_grid(["num_steps=1,2", "prefill_attention_backend=null,fa3"]) == {
         "num_steps": [1, 2], "prefill_attention_backend": [None, "fa3"]}
@@ -172,3 +172,11 @@ def test_sweep_writes_generated_modes_in_the_given_order(tmp_path):
     raw = yaml.safe_load(path.read_text())
     assert [m for m in raw["modes"] if m.startswith("sw_")][:2] == want[:2]
     check_current(raw)  # the order does not make the generated modes stale
+
+
+def test_points_can_be_held_out_of_a_calibration(results):
+    cal = calibrate([results["baseline"], results["s2"]], points={"c1"})
+    assert {w.point for w in cal.obs.windows} == {"c1"}
+    assert not cal.constants()["decode.per_extra_seq_ms"]["determined"]  # one batch size left
+    p = predict(cal, [Candidate("baseline", False)], POINTS, WL, draws=10)
+    assert [q.status for q in p] == ["ok", "undetermined"]  # c4 needs the per-sequence slope

@@ -17,7 +17,7 @@ class Const:
     def __init__(self, p=20.0, d=10.0, v=15.0, r=1.0, o=0.5):
         self.p, self.d, self.v, self.r, self.o = p, d, v, r, o
 
-    def prefill(self, n): return self.p
+    def prefill(self, n): return self.p + self.o
     def decode(self, b, kv): return self.d
     def spec(self, b, kv): return self.v, self.r
     def overhead(self, b): return self.o
