@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.analysis.theory import ModeCosts, break_even_figure, explain
-from lab.atomic import write_json_atomic, write_text_atomic
+from lab.atomic import savefig_atomic, write_json_atomic, write_text_atomic
 from lab.calibrate.fit import Calibration
 from lab.calibrate.observe import measured_config
 from lab.calibrate.order import rank
@@ -241,15 +241,13 @@ def write_outputs(out_dir: Path, preds: list[Prediction], cal: Calibration, poin
         w.writerow(row)
     write_text_atomic(paths["csv"], buf.getvalue())
     write_text_atomic(paths["md"], markdown(preds, cal, point, order))
-    fig = figure(preds, cal)
-    fig.savefig(paths["png"], dpi=110)
-    costs = predicted_costs(preds, point)
-    fig2 = break_even_figure(costs, caption(cal) + " Speedups (x) and costs are predicted.")
-    fig2.savefig(paths["break_even"], dpi=110)
     import matplotlib.pyplot as plt
 
-    plt.close(fig)
-    plt.close(fig2)
+    for key, fig in (("png", figure(preds, cal)),
+                     ("break_even", break_even_figure(predicted_costs(preds, point),
+                                                      caption(cal) + " Speedups (x) and costs are predicted."))):
+        savefig_atomic(fig, paths[key], dpi=110)
+        plt.close(fig)
     return paths
 
 
