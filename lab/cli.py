@@ -12,9 +12,13 @@
   intervals, speedups and verdicts), read from ``reports/summary.csv``.
 - ``lab ui [--port 5000]``: ``mlflow ui`` for the lab's store on 127.0.0.1, printing the URL
   that opens the experiment on its runs table (:mod:`lab.tracking.mlflow_view`).
-- ``lab sweep [--clear] [--repro | --exp [-S k=v ...] [--queue]]``: expand params.yaml's
-  ``sweep`` section into generated modes (:mod:`lab.pipeline.sweep`, docs/sweeps.md), then
-  optionally run ``dvc repro`` or ``dvc exp run`` in one command.
+- ``lab sweep [--clear] [--repro | --exp [-S k=v ...] [--queue]] [--order win|uncertain
+  --calibration FILE]``: expand params.yaml's ``sweep`` section into generated modes
+  (:mod:`lab.pipeline.sweep`, docs/sweeps.md), optionally ordered by prediction
+  (:mod:`lab.calibrate.order`: with ``--repro`` the bench stages then run one by one in that
+  order), then optionally run ``dvc repro`` or ``dvc exp run`` in one command.
+- ``lab calibrate [results/<mode> ...]`` / ``lab predict``: fit an emulator cost profile to
+  measured results and predict unmeasured configurations (:mod:`lab.calibrate.calibrate_cli`).
 - ``lab fleet {submit,status,collect,cancel}``: the stages as Slurm jobs (:mod:`lab.fleet.fleet_cli`).
 """
 
@@ -154,9 +158,16 @@ def sweep_cmd(args: argparse.Namespace) -> int:
     from lab.pipeline.sweep import write_modes
 
     path = Path(args.params) if args.params else repo_root() / "params.yaml"
+    order = None
     try:
-        modes, notes = write_modes(path, clear=args.clear)
-    except ParamsError as exc:
+        if args.order and not args.clear:
+            from lab.calibrate.calibrate_cli import sweep_order
+
+            write_modes(path)  # the grid's modes first, so the prediction sees them
+            order = sweep_order(args)
+            print(f"[lab] sweep: ordered by prediction ({args.order}): {', '.join(order)}")
+        modes, notes = write_modes(path, clear=args.clear, order=order)
+    except (ParamsError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for n in notes:
@@ -166,6 +177,14 @@ def sweep_cmd(args: argparse.Namespace) -> int:
     if not (args.repro or args.exp):
         return 0
     dvc = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))
+    if args.repro and order:
+        # DVC's order of independent stages is unspecified; --single-item runs targets in the order
+        # given (treeverse/dvc PR #9675), so the likely winners (or the most uncertain) are measured first
+        first = [dvc, "repro", "--single-item", "bench@baseline", *[f"bench@{m}" for m in order]]
+        print(f"[lab] running: {' '.join(first)}", flush=True)
+        rc = subprocess.run(first, cwd=path.parent).returncode
+        if rc:
+            return rc
     cmd = [dvc, "repro"] if args.repro else [dvc, "exp", "run", *(["--queue"] if args.queue else []),
                                              *[x for kv in args.set_param for x in ("-S", kv)]]
     print(f"[lab] running: {' '.join(cmd)}", flush=True)
@@ -235,6 +254,16 @@ def main(argv: list[str] | None = None) -> int:
     p_sw.add_argument("--exp", action="store_true", help="then run `dvc exp run` (with -S / --queue)")
     p_sw.add_argument("-S", "--set-param", action="append", default=[], help="passed to dvc exp run -S")
     p_sw.add_argument("--queue", action="store_true", help="with --exp: queue instead of running")
+    p_sw.add_argument("--order", choices=["win", "uncertain"], default=None,
+                      help="write (and with --repro run) the generated modes in predicted order (needs --calibration)")
+    p_sw.add_argument("--calibration", type=Path, default=None,
+                      help="calibration.json for --order (default <repo>/reports/calibration/calibration.json)")
+    p_sw.add_argument("--point", default=None, help="with --order: rank at this point (default the lowest concurrency)")
+    p_sw.add_argument("--draws", type=int, default=100, help="with --order: posterior draws")
+    from lab.calibrate.calibrate_cli import add_calibrate_args, add_predict_args
+
+    add_calibrate_args(sub.add_parser("calibrate", help="fit an emulator cost profile to measured results"))
+    add_predict_args(sub.add_parser("predict", help="predict and rank unmeasured configurations from a calibration"))
     p_bun = sub.add_parser("bundle", help="build the offline bundle for an air-gapped GPU node (docs/gpu-node.md)")
     p_bun.add_argument("--out", default="dist/node-bundle", help="folder for bundle.json and its parts")
     p_bun.add_argument("--sglang", default="0.5.16", help="SGLang serving set (lab/offline/sglang-<v>.toml)")
@@ -255,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return capture_main(argv[1:])
     args = ap.parse_args(argv)
+    if args.cmd in ("calibrate", "predict"):
+        from lab.calibrate.calibrate_cli import calibrate_main, predict_main
+
+        return calibrate_main(args) if args.cmd == "calibrate" else predict_main(args)
     if args.cmd == "bundle":
         return bundle_cmd(args)
     if args.cmd == "command":

@@ -6,7 +6,7 @@
   per level: no interval).
 
 ``python scripts/h200_report.py`` prints the markdown that ``docs/benchmarks/h200-sglang-0.5.16.md``
-holds between its ``<!-- tables -->`` markers (``tests/test_h200_report.py`` checks they agree).
+holds between its ``<!-- tables -->`` markers (``tests/unit/test_h200_report.py`` checks they agree).
 """
 
 from __future__ import annotations

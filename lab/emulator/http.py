@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from lab.emulator.args import ServerArgs
+from lab.emulator.args import DEFAULT_CONTEXT_LENGTH, ServerArgs
 from lab.emulator.engine import Engine
 from lab.emulator.faults import Faults
 from lab.emulator.request import Request
@@ -263,8 +263,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
                   sampling=sp)
     if not stream:
         last = await _final_event(req)
+        # no "index": SGLang adds it to batched requests only (tokenizer_manager.py ~2224)
         return web.json_response({"text": " ".join(req.words[: last["ct"]]), "output_ids": req.ids[: last["ct"]],
-                                  "meta_info": _meta(st, req, last), "index": 0})
+                                  "meta_info": _meta(st, req, last)})
     incremental, sent = st.args.incremental_streaming_output, 0
 
     def chunk(ev: dict) -> dict:
@@ -276,7 +277,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
             sent = ev["ct"]
         else:
             text, ids_out = " ".join(req.words[: ev["ct"]]), req.ids[: ev["ct"]]
-        return {"text": text, "output_ids": ids_out, "meta_info": _meta(st, req, ev), "index": 0}
+        return {"text": text, "output_ids": ids_out, "meta_info": _meta(st, req, ev)}
 
     return await _stream(request, st, req, chunk)
 
@@ -403,7 +404,7 @@ async def v1_models(request: web.Request) -> web.Response:
     name = st.args.served_model_name
     return web.json_response({"object": "list", "data": [
         {"id": name, "object": "model", "created": int(st.startup_time), "owned_by": "sglang", "root": name,
-         "parent": None, "max_model_len": st.args.context_length}]})
+         "parent": None, "max_model_len": st.args.context_length or DEFAULT_CONTEXT_LENGTH}]})
 
 
 async def completions(request: web.Request) -> web.StreamResponse:

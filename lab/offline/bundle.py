@@ -25,7 +25,6 @@ plus SGLang's serving set (``sglang-<version>.toml``), as parts of at most ``par
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import io
 import json
 import os
@@ -39,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from lab.offline.install import sha256_file
 from lab.offline.lockfile import LockedDist, LockError, lock_closure, normalize, target_env
 
 __all__ = ["BundleError", "SglangSpec", "load_spec", "plan_bundle", "build_bundle", "pack_parts",
@@ -307,14 +307,6 @@ def pack_parts(members: list[tuple[str, str, int]], limit_bytes: int) -> list[li
     return parts
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def build_bundle(out: str | os.PathLike[str], *, lock_path: str | os.PathLike[str] = "uv.lock",
                  sglang_version: str = "0.5.16", omit: tuple[str, ...] = DEFAULT_OMIT,
                  node_packages: str | os.PathLike[str] | None = None, part_mib: float = DEFAULT_PART_MIB,
@@ -362,13 +354,13 @@ def build_bundle(out: str | os.PathLike[str], *, lock_path: str | os.PathLike[st
             for _, fname, _ in sorted(group_members, key=lambda m: m[1]):
                 tf.add(out / "members" / fname, arcname=fname)
         parts.append({"file": name, "group": group, "bytes": (out / name).stat().st_size,
-                      "sha256": _sha256(out / name), "members": sorted(m[1] for m in group_members)})
+                      "sha256": sha256_file(out / name), "members": sorted(m[1] for m in group_members)})
     shutil.rmtree(out / "members")
     manifest = {
         "format": 1, "python": spec.python, "platform": "linux_x86_64",
         "sglang": {"version": spec.version, "node_needs": list(spec.node_needs), "env": spec.env,
                    "requires_flags": spec.requires_flags, "trim": spec.trim},
-        "lock": {"file": str(lock_path), "sha256": _sha256(Path(lock_path)), "omit": list(omit)},
+        "lock": {"file": str(lock_path), "sha256": sha256_file(Path(lock_path)), "omit": list(omit)},
         "node_packages": str(node_packages) if node_packages else None,
         "parts": parts, "dists": dists, "left_out": plan.left_out, "notes": plan.notes,
     }

@@ -34,7 +34,7 @@ import tarfile
 import tomllib
 from pathlib import Path
 
-__all__ = ["install_bundle", "InstallError", "INSTALLED", "main"]
+__all__ = ["install_bundle", "InstallError", "INSTALLED", "main", "sha256_file"]
 
 INSTALLED = "lab-bundle.json"
 REPO = Path(__file__).resolve().parents[2]
@@ -45,7 +45,8 @@ class InstallError(RuntimeError):
     """The bundle cannot be installed; the message names the cause and the fix."""
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -181,7 +182,7 @@ def install_bundle(bundle: str | os.PathLike[str], *, venv: str | os.PathLike[st
         if not path.exists():
             missing.append(part["file"])
             continue
-        if _sha256(path) != part["sha256"]:
+        if sha256_file(path) != part["sha256"]:
             raise InstallError(f"{path}: SHA-256 differs from bundle.json (a broken or partial copy). Fix: copy it again")
         infos: list[Path] = []
         with tarfile.open(path, "r:") as outer:

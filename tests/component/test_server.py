@@ -5,9 +5,7 @@ by SGLang 0.5.23's own parser, and the engine process lifecycle checked with tin
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,17 +18,10 @@ from lab.config import load_params
 from lab.engine.command import ServerCommand, build_server_command
 from lab.engine.process import ServerError, ServerProcess, check_port_free, stop_stale_servers
 from scratch import orphan_server_record
+from sglang_argparser import sglang_parse
 
 ROOT = Path(__file__).resolve().parents[2]
 # sglang_nodeps: the shared fixture of tests/conftest.py
-
-
-def sglang_parse(root: Path, argvs: list[list[str]]) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    out = subprocess.run([sys.executable, str(ROOT / "tests" / "sglang_argparser.py"), str(root)],
-                         input=json.dumps(argvs), capture_output=True, text=True, env=env,
-                         timeout=300, check=True)
-    return json.loads(out.stdout)
 
 
 @pytest.fixture()

@@ -146,8 +146,7 @@ def test_emulator_server_info_matches_sglang_resolution(resolved):
 def test_effective_config_reads_the_same_from_sglang_and_emulator(resolved):
     argvs, res, _ = resolved
     # attention_backend resolution needs the GPU platform: both sides get the emulator's fa3
-    skip = {"attention_backend", "engine_version", "modelled_build", "effective_max_running_requests",
-            "context_length", "speculative_draft_attention_backend"}
+    skip = {"attention_backend", "engine_version", "modelled_build", "effective_max_running_requests"}
     for name, argv in argvs.items():
         r = res[name]
         emu = parse_args(argv)[0].to_dict()
@@ -327,6 +326,11 @@ def sglang_line_regexes(root: Path) -> dict[str, re.Pattern]:
                                       and "Capture draft decode CUDA graph begin" in ast.unparse(f)), ebs)
     draft_end = _fstring_regex(next(f for f in ast.walk(ast.parse(eagle.read_text())) if isinstance(f, ast.JoinedStr)
                                     and "Capture draft decode CUDA graph end" in ast.unparse(f)), ebs)
+    ebs_x = {**ebs, "self.speculative_num_draft_tokens": r"\d+"}
+    extend_begin = _fstring_regex(next(f for f in ast.walk(ast.parse(eagle.read_text())) if isinstance(f, ast.JoinedStr)
+                                       and "Capture draft extend CUDA graph begin" in ast.unparse(f)), ebs_x)
+    extend_end = _fstring_regex(next(f for f in ast.walk(ast.parse(eagle.read_text())) if isinstance(f, ast.JoinedStr)
+                                     and "Capture draft extend CUDA graph end" in ast.unparse(f)), ebs)
     http = _src(root, "entrypoints", "http_server.py").read_text()
     ready = next(n.value for n in ast.walk(ast.parse(http)) if isinstance(n, ast.Constant)
                  and isinstance(n.value, str) and "fired up and ready to roll" in n.value)
@@ -340,6 +344,8 @@ def sglang_line_regexes(root: Path) -> dict[str, re.Pattern]:
         "capture_end": re.compile(f"^{cap_end}$"),
         "draft_capture_begin": re.compile(f"^{draft_begin}$"),
         "draft_capture_end": re.compile(f"^{draft_end}$"),
+        "draft_extend_capture_begin": re.compile(f"^{extend_begin}$"),
+        "draft_extend_capture_end": re.compile(f"^{extend_end}$"),
         "ready": re.compile(f"^{re.escape(ready)}$"),
     }
 
@@ -379,7 +385,7 @@ def test_emulator_startup_lines_match_sglang_format(line_regexes):
         caps = [m for m in msgs if m.startswith("Capture")]
         assert caps
         for m in caps:
-            kind = "draft_capture" if "draft" in m else "capture"
+            kind = "draft_extend_capture" if "draft extend" in m else "draft_capture" if "draft" in m else "capture"
             assert rx[f"{kind}_begin"].match(m) or rx[f"{kind}_end"].match(m), m
     assert rx["ready"].match("The server is fired up and ready to roll!")
 

@@ -99,7 +99,8 @@ def test_cli_topk1_rewrite_and_caps():
                    "--speculative-num-steps", "2", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "5"]
     a, unknown = parse_args(spec + ["--mem-fraction-static", "0.8", "--weird-flag", "x"])
     assert a.speculative_num_draft_tokens == 3 and a.max_running_requests == 48
-    assert a.speculative_draft_attention_backend == "fa3" and unknown == ["--weird-flag", "x"]
+    assert a.speculative_draft_attention_backend is None and unknown == ["--weird-flag", "x"]  # raw, as SGLang
+    assert a.context_length is None
     b, _ = parse_args(base + ["--max-running-requests", "16"])
     assert b.max_running_requests == 16 and b.speculative_num_draft_tokens is None
     with pytest.raises(SystemExit):

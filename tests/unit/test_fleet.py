@@ -1,6 +1,6 @@
 """Fleet mode's parts without a cluster or a repository (issue 23): job scripts, resources,
 the placement overrides, multi-node ranks and the MLflow parent seam. A scratch repository:
-``tests/test_fleet_repo.py``; the Slurm cluster: ``tests/e2e/test_fleet_slurm.py``."""
+``tests/e2e/test_fleet_repo.py``; the Slurm cluster: ``tests/e2e/test_fleet_slurm.py``."""
 
 from __future__ import annotations
 
