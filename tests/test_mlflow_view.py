@@ -1,14 +1,18 @@
 """How lab runs read in MLflow: artifacts beside a SQLite store (never in the project's
-mlruns/), intervals and warnings on mode runs, the runs-table URL."""
+mlruns/), intervals and warnings on mode runs, the runs-table URL, and `lab ui`: it opens
+on the runs table and a signal stops its whole process group."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+import pytest
+
 from lab.config import load_params
 from lab.tracking.mlflow_view import interval_metrics, runs_table_url, warning_tags
-from lab.tracking.runs import artifact_location, open_run
+from lab.tracking.runs import artifact_location
+from lab.tracking.tracker import Tracker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,7 +21,7 @@ def test_sqlite_store_keeps_artifacts_beside_the_database(tmp_path, monkeypatch)
     monkeypatch.chdir(ROOT)  # as under pytest: the current directory is the project
     before = set((ROOT / "mlruns").rglob("*")) if (ROOT / "mlruns").is_dir() else set()
     params = load_params(overrides={"mlflow": {"tracking_uri": f"sqlite:///{tmp_path / 'm.db'}", "experiment": "t"}})
-    run = open_run(params, run_name="x", tags={})
+    run = Tracker.from_params(params).open_run("x", {}, nested=False)
     f = tmp_path / "note.txt"
     f.write_text("x")
     run.log_artifact(f)
@@ -42,7 +46,6 @@ def test_interval_metrics_and_warning_tags():
     assert "- c=8: one wave" in tags["mlflow.note.content"] and "icl vs cycle" in tags["mlflow.note.content"]
     clean = warning_tags({"warnings": [], "levels": {}})
     assert clean["warnings"] == "none" and clean["warnings_count"] == "0"
-    assert len(warning_tags({"warnings": ["x" * 9000]})["warnings"]) < 8000  # MLflow's tag limit
 
 
 def test_runs_table_url():
@@ -71,7 +74,8 @@ def test_lab_ui_url_opens_the_runs_table_in_chromium(tmp_path):
     pfile = tmp_path / "params.yaml"
     pfile.write_text(yaml.safe_dump(raw, sort_keys=False))
     params = load_params(pfile)
-    run = open_run(params, run_name="eagle3_decode | emulator | ui-test-run", tags={"mode": "eagle3_decode"})
+    run = Tracker.from_params(params).open_run("eagle3_decode | emulator | ui-test-run", {"mode": "eagle3_decode"},
+                                               nested=False)
     run.log_metrics({"decode_tok_s": 96.6, "decode_tok_s_ci95_lo": 94.6, "decode_tok_s_ci95_hi": 98.7})
     run.finish()
     port = free_port()
@@ -104,3 +108,90 @@ def test_lab_ui_url_opens_the_runs_table_in_chromium(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(20)
+
+
+def _start_ui(tmp_path: Path):
+    """``lab ui`` on a temp store and a free port, in its own session (as from a terminal);
+    returns ``(process, port, the mlflow server's process group)`` once MLflow answers."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    import psutil
+    import pytest
+    import yaml
+
+    from scratch import free_port
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["mlflow"] = {"tracking_uri": f"sqlite:///{tmp_path / 'm.db'}", "experiment": "ui-stop"}
+    pfile = tmp_path / "params.yaml"
+    pfile.write_text(yaml.safe_dump(raw, sort_keys=False))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "lab.pipeline.cli", "ui", "--port", str(port), "--params", str(pfile)],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+            break
+        except Exception:
+            if proc.poll() is not None:
+                pytest.fail(f"lab ui exited with {proc.returncode}")
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("mlflow ui did not answer")
+    children = psutil.Process(proc.pid).children()
+    assert len(children) == 1, children
+    return proc, port, children[0].pid
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_lab_ui_stops_its_whole_process_group_on_a_signal(tmp_path, sig):
+    """The signal goes to `lab ui` alone (a service manager's SIGTERM, a kill): the MLflow
+    server it started (its own process group, about 10 processes: server and workers) must
+    go with it, and the port must be free."""
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    from reliability_util import port_free
+
+    proc, port, pgid = _start_ui(tmp_path)
+    group = [p for p in psutil.process_iter() if _pgid(p) == pgid]
+    assert len(group) >= 2, group  # the server and at least one worker: there is a tree to stop
+    try:
+        proc.send_signal(getattr(signal, sig))
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    deadline = time.monotonic() + 15
+    while any(_alive(p) for p in group) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p.pid for p in group if _alive(p)]
+    for pid in left:  # never leave one behind, even when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert left == [] and port_free(port)
+
+
+def _pgid(p) -> int | None:
+    import os
+
+    try:
+        return os.getpgid(p.pid)
+    except OSError:
+        return None
+
+
+def _alive(p) -> bool:
+    import psutil
+
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

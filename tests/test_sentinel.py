@@ -10,6 +10,7 @@ import pytest
 
 from pathlib import Path
 
+from lab.tracking.tracker import Tracker
 from lab.engine.ports import free_port
 from lab.emulator.profile import load_profile
 from lab.analysis.sentinel import compare, config_fingerprint, decide, launch_delta
@@ -141,10 +142,10 @@ def test_config_hash_covers_everything_that_changes_the_measurement(tmp_path):
 # --------------------------------------------------------------------------- emulator + MLflow
 
 
-def test_profile_numbers_are_the_hidden_change_not_its_name(tmp_path):
-    """Like a GPU's model (hashed) and its real speed (not), the emulator profile's name is in
-    the hash and its numbers are not: a slower profile under the same name is what the
-    sentinel must catch."""
+def test_an_edited_profile_file_is_another_configuration(tmp_path):
+    """Issue 21: the emulator's cost profile is read from a file; two launches with different
+    file contents under one path (or name) are different configurations, so the sentinel
+    never compares them as one. (A GPU's real speed is still not hashed: only its model.)"""
     from lab.config import load_params
     from lab.emulator.profile import PROFILES_DIR
 
@@ -154,9 +155,21 @@ def test_profile_numbers_are_the_hidden_change_not_its_name(tmp_path):
     params = load_params(ROOT / "params.yaml").model_copy(deep=True)
     params.emulator.profile = str(path)
     before = _hash(params)
+    assert _hash(params) == before  # same file, same configuration
     prof["decode"]["graph_ms_bs1"]["value"] = 12.9
     path.write_text(json.dumps(prof))
-    assert _hash(params) == before
+    assert _hash(params) != before
+
+
+@pytest.mark.parametrize("key, value", [("request_rates", [6]), ("burstiness", 0.5), ("rate_max_concurrency", 4)])
+def test_open_loop_settings_are_in_the_hash(key, value):
+    """The open-loop points' arrivals (rates, gamma shape) and in-flight cap change what is measured."""
+    from lab.config import load_params
+
+    params = load_params(ROOT / "params.yaml").model_copy(deep=True)
+    before = _hash(params)
+    setattr(params.bench, key, value)
+    assert _hash(params) != before
 
 
 @pytest.mark.integration
@@ -212,7 +225,7 @@ def test_sentinel_end_to_end_on_real_launches(tmp_path):
 
     def judged(value):
         fake = {**runs[2], "levels": {"c1": {**runs[2]["levels"]["c1"], "decode_tok_s": {"mean": value}}}}
-        return sentinel.check(params, fake, run_id=None, log=quiet.append)
+        return sentinel.check(params, fake, run_id=None, tracker=Tracker.from_params(params), log=quiet.append)
 
     slow = judged(min(mean - 2 * band, mean * (1 - 2 * params.bench.sentinel_min_effect)))
     assert len(slow["history_run_ids"]) == 3

@@ -9,10 +9,13 @@ explicit and conditional:
    mode's own flags (``modes.<name>``: algorithm, steps, attention mode, simulated accept
    length...), the server environment and extra arguments (credentials redacted), the
    model, the engine and its version, the hardware (the GPU model from NVML; for the
-   emulator, the cost profile's *name*), and the whole workload: dataset path **and content
+   emulator, the cost profile's name), the **content hash of every file a param points at**
+   (the emulator's cost profile, the dataset, a file in the server's args or environment:
+   :func:`lab.inputs.param_files`), and the whole workload: dataset path **and content
    hash**, prompts per run, output length(s) and their spread, context length(s),
-   concurrency levels, repeats, warm-up settings, temperature and seed
-   (:data:`WORKLOAD_KEYS`). The hash is the MLflow tag ``config_hash``.
+   concurrency levels, the open-loop request rates, burstiness and in-flight cap, repeats,
+   warm-up settings, temperature and seed (:data:`WORKLOAD_KEYS`). The hash is the MLflow
+   tag ``config_hash``.
 2. The statistic compared is **launch-level**: one value per launch and (point, metric), the
    launch's mean over its repeats (the headline metric ``<point>.<metric>`` that every mode
    run logs). Repeats inside one launch share the launch's conditions (server process,
@@ -27,9 +30,9 @@ explicit and conditional:
    relative change exceeds ``min_effect`` (a practical floor).
 
 What is not in the hash, by design: the hardware's real speed. For a GPU the hash names the
-model, not its clocks, driver or kernels; for the emulator it names the cost profile, not
-the profile's numbers. A slower kernel under the same name is the hidden change the
-sentinel exists to catch. The false-alarm rate on real emulator launches is measured by
+model, not its clocks, driver or kernels. A slower kernel under the same name is the hidden
+change the sentinel exists to catch. (The emulator's "hardware" is its cost profile: an
+edited profile is a declared configuration change, so its content is hashed.) The false-alarm rate on real emulator launches is measured by
 ``python benchmarks/sentinel_false_alarms.py`` (docs/measurement.md).
 """
 
@@ -58,7 +61,8 @@ SENTINEL_METRICS: dict[str, bool] = {
 #: and of the sentinel itself, timeouts and the path, which is hashed by content too).
 WORKLOAD_KEYS = ("dataset", "num_prompts", "max_new_tokens", "output_tokens", "output_tokens_spread",
                  "context_tokens", "concurrency", "repeats", "warmup_requests", "warmup_cv_threshold",
-                 "warmup_window", "warmup_max_requests", "temperature", "seed")
+                 "warmup_window", "warmup_max_requests", "temperature", "seed",
+                 "request_rates", "burstiness", "rate_max_concurrency")  # open-loop points: arrivals, cap
 #: Earlier launches needed before a change can be flagged (a spread needs two values).
 MIN_HISTORY = 2
 
@@ -246,7 +250,8 @@ def log_to_run(run, result: Mapping[str, Any]) -> None:
 def launch_setup(params, mode_name: str | None) -> dict[str, Any]:
     """What besides the server's resolved arguments and the workload shapes a launch: the
     mode's flags, the model, the server's environment and extra args (credentials
-    redacted) and, for the emulator, the cost profile's name and its fault list."""
+    redacted), for the emulator the cost profile's name and its fault list, and the path and
+    SHA-256 of every file a param points at (``param_files``: :func:`lab.inputs.file_digests`)."""
     from lab.redact import redact_argv, redact_env
 
     setup: dict[str, Any] = {
@@ -260,17 +265,23 @@ def launch_setup(params, mode_name: str | None) -> dict[str, Any]:
     if params.engine == "emulator":
         setup["emulator_profile"] = params.emulator.profile
         setup["emulator_faults"] = list(params.emulator.faults or [])
+    from lab.config import repo_root
+    from lab.inputs import file_digests, param_files
+
+    root = repo_root()
+    setup["param_files"] = file_digests(param_files(params, root), root)  # the profile's content, ...
     return setup
 
 
-def check(params, result: Mapping[str, Any], *, run_id: str | None, log=print) -> dict[str, Any]:
+def check(params, result: Mapping[str, Any], *, run_id: str | None, tracker, log=print) -> dict[str, Any]:
     """The sentinel of one finished launch: hash, earlier launches from MLflow, comparison.
 
     Never raises: an MLflow failure is recorded as ``status: "error"`` with its message.
 
-    :param params: :class:`lab.config.LabParams` (``bench`` thresholds, ``mlflow``).
+    :param params: :class:`lab.config.LabParams` (``bench`` thresholds).
     :param result: ``result.json`` content with ``levels`` (and ``mode``).
     :param run_id: this run's MLflow id (excluded from the history).
+    :param tracker: the stage's :class:`lab.tracking.tracker.Tracker` (its client reads the history).
     :returns: ``{"config_hash", "material", "status": "no history"|"too little history"|"ok"|
         "regression"|"improvement"|"error", "history_run_ids", "comparison", "flagged": [...],
         "alpha", "min_effect"}``.
@@ -291,12 +302,9 @@ def check(params, result: Mapping[str, Any], *, run_id: str | None, log=print) -
                            "flagged": [], "status": "no history"}
     now = current_launch(result)
     try:
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(tracking_uri=params.mlflow.resolved_tracking_uri())
-        exp = client.get_experiment_by_name(params.mlflow.experiment)
-        ids, hist = (history_launches(client, exp.experiment_id, h, exclude_run_id=run_id,
-                                      max_runs=b.sentinel_history_runs, points=list(now)) if exp else ([], {}))
+        exp_id = tracker.experiment_id(create=False)
+        ids, hist = (history_launches(tracker.client, exp_id, h, exclude_run_id=run_id,
+                                      max_runs=b.sentinel_history_runs, points=list(now)) if exp_id else ([], {}))
     except Exception as exc:  # MLflow down: the run's own results stay valid
         out.update(status="error", error=f"{type(exc).__name__}: {exc}")
         log(f"[lab] sentinel: could not read MLflow history ({exc})")

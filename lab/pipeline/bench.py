@@ -37,10 +37,11 @@ from lab.measure import hygiene
 from lab.measure.point import measure_point, measurement_points
 from lab.measure.result import ModeResult
 from lab.pipeline.lifetime import capture_profile, check_writable, engine, prepare, warm_up
-from lab.tracking.grouping import mode_run_name, pipeline_parent
+from lab.tracking.grouping import mode_run_name
 from lab.tracking.params_log import mode_run_params
 from lab.tracking.record import log_engine, record
-from lab.tracking.runs import open_run, run_tags
+from lab.tracking.runs import TrackingError, run_tags
+from lab.tracking.tracker import Tracker
 from lab.workload.sources import dataset_params, emulator_prompt_file, load_bench_prompts
 
 __all__ = ["run_mode"]
@@ -56,15 +57,17 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     :returns: the ``result.json`` content (``status`` ``ok``); ``metrics.json`` holds its
         flat headline for DVC.
     :raises BenchError, ServerError, TrackingError, DatasetError, ParamsError, PreflightError:
-        with ``metrics.json`` marked failed and the MLflow run FAILED where one was opened.
+        with ``metrics.json`` marked failed and the MLflow run FAILED where one was opened; a
+        TrackingError after a complete measurement leaves ``status`` ``ok`` on disk, the
+        run record beside it for ``lab log``.
     """
     root = repo_root()
     out = Path(results_dir) if Path(results_dir).is_absolute() else root / results_dir
     params.mode(mode_name)  # unknown mode: fail before anything else
     check_writable(out)
     prompts, dataset_info = load_bench_prompts(params.bench, root)  # file or HF id (lab/workload/sources.py)
-    run = open_run(params, run_name=mode_run_name(params, mode_name), tags=run_tags(params, mode=mode_name),
-                   parent_run_id=pipeline_parent(params))
+    tracker = Tracker.from_params(params, root)  # this stage's MLflow client and parent run
+    run = tracker.open_run(mode_run_name(params, mode_name), run_tags(params, mode=mode_name), base=out)
     truth_path = out / "ground_truth.jsonl" if params.engine == "emulator" else None
     cmd = build_server_command(params, mode_name, ground_truth_file=truth_path,
                                prompt_file=emulator_prompt_file(params, prompts, root, out))
@@ -85,16 +88,19 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                             srv, point, rep, bench=params.bench, prompts=prompts, out=out, req_file=req_file,
                             speculative=params.mode(mode_name).is_speculative, result=res, log=log))
             capture_profile(srv, params, prompts, out, res, log)
-        _aggregate(params, res, truth_path, log)
+        _aggregate(params, tracker, res, truth_path, log)
     except BaseException as exc:
         res.fail(exc, levels_partial=aggregate_levels(res.runs))
-        record(res, out, run, "FAILED", log)
+        try:
+            record(res, out, run, "FAILED", log)
+        except TrackingError:
+            pass  # said by record; the measurement's own failure is the error to raise
         raise
-    record(res, out, run, "FINISHED", log)
+    record(res, out, run, "FINISHED", log)  # TrackingError: the results are on disk, `lab log` re-logs
     return res.to_dict()
 
 
-def _aggregate(params: LabParams, res: ModeResult, truth_path: Path | None, log) -> None:
+def _aggregate(params: LabParams, tracker: Tracker, res: ModeResult, truth_path: Path | None, log) -> None:
     """The measured repeats into ``res``: per-point aggregates, the emulator's ground truth,
     the headline, hygiene warnings (logged), ``status = "ok"``, then the sentinel (which
     compares this launch with earlier ones in MLflow; it never raises)."""
@@ -106,4 +112,4 @@ def _aggregate(params: LabParams, res: ModeResult, truth_path: Path | None, log)
     for w in res.warnings:
         log(f"[lab] WARNING {res.mode}: {w}")
     res.status = "ok"
-    res.sentinel = sentinel.check(params, res.to_dict(), run_id=res.mlflow_run_id, log=log)
+    res.sentinel = sentinel.check(params, res.to_dict(), run_id=res.mlflow_run_id, tracker=tracker, log=log)

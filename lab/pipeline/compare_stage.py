@@ -15,7 +15,7 @@ from pathlib import Path
 from lab.config import LabParams
 from lab.pipeline.stage import PreflightFailed, Stage, stage_main
 
-__all__ = ["compare_stage", "check_sweep_current", "main"]
+__all__ = ["compare_stage", "check_sweep_current", "main", "REPORT_FILES"]
 
 
 def check_sweep_current(path: Path) -> None:
@@ -54,7 +54,14 @@ def compare_stage(params: LabParams, params_file: str | None = None) -> Stage:
             raise PreflightFailed(f"stage compare: {exc}") from None
 
     return Stage(dvc_name="compare", notebook="compare", results_dir="reports", preflight=preflight,
-                 parameters={"modes": list(params.modes), "results_dir": "results", "reports_dir": "reports"})
+                 parameters={"modes": list(params.modes), "results_dir": "results"}, dir_param="reports_dir",
+                 complete=lambda work: (work / "comparison.json").is_file() and (work / "summary.json").is_file(),
+                 owned=REPORT_FILES)
+
+
+#: What the compare stage writes in ``reports/`` (its ``dvc.yaml`` outputs and its run record).
+REPORT_FILES = ("summary.csv", "concurrency.csv", "pareto.csv", "lossless.csv", "categories.csv", "compare.ipynb",
+                "comparison.json", "report.html", "summary.md", "figures", "summary.json", "mlflow_run.json")
 
 
 def print_answer(notebook: Path) -> None:

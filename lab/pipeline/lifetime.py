@@ -5,8 +5,8 @@ function that fills in the mode's :class:`lab.measure.result.ModeResult`:
 
 - :func:`check_writable`: the results dir can be written (the first check, in seconds);
 - :func:`prepare`: stale engines stopped, preflight (:mod:`lab.engine.preflight`), the
-  previous results removed only once it passed, the environment captured
-  (:mod:`lab.engine.envcapture`);
+  environment captured (:mod:`lab.engine.envcapture`); the results directory is the
+  stage's new attempt directory (:mod:`lab.pipeline.staging`), so nothing earlier is removed;
 - :func:`engine`: a context manager: SIGTERM turned into ``SystemExit`` so ``finally`` runs,
   the engine started in its own process group (:mod:`lab.engine.command`, :mod:`lab.engine.process`), its startup phases
   followed in its log (:mod:`lab.engine.startup`), its effective configuration and version
@@ -21,7 +21,6 @@ modules together; the engine modules it calls know nothing of a mode's result.
 
 from __future__ import annotations
 
-import shutil
 import signal
 import time
 from contextlib import contextmanager
@@ -41,10 +40,7 @@ from lab.measure.result import ModeResult
 from lab.tracking.versions import version_tags
 from lab.workload.dataset import workload
 
-__all__ = ["check_writable", "prepare", "engine", "warm_up", "capture_profile", "sigterm_as_exit", "STALE_RESULTS"]
-
-#: Files of ``results/<mode>/`` an earlier run left; removed once preflight passed.
-STALE_RESULTS = ("metrics.json", "result.json", "requests.jsonl", "runs.json", "server.log", "ground_truth.jsonl")
+__all__ = ["check_writable", "prepare", "engine", "warm_up", "capture_profile", "sigterm_as_exit"]
 
 
 @contextmanager
@@ -78,21 +74,16 @@ def check_writable(d: Path) -> None:
 
 def prepare(params: LabParams, cmd: ServerCommand, out: Path, result: ModeResult, log=print) -> None:
     """Everything before the engine starts: stale engines stopped (one on our port would
-    fail the port check), preflight (``result.preflight``, its table logged), then, with the
-    engine about to start, the previous results removed and the environment captured
-    (``result.environment_tags``, files under ``out/environment``).
+    fail the port check), preflight (``result.preflight``, its table logged), then the
+    environment captured (``result.environment_tags``, files under ``out/environment``).
 
-    :raises lab.engine.preflight.PreflightError: a preflight check failed (previous results kept).
+    :raises lab.engine.preflight.PreflightError: a preflight check failed.
     """
     stop_stale_servers(log=log)
     pre = run_preflight(params, [result.mode], python=cmd.argv[0], results_dir=out)
     result.preflight = pre.to_dict()
     log(f"[lab] {result.mode}: preflight\n{format_table(pre)}")
     pre.raise_if_failed()
-    # Only now, with the engine about to start, do the previous results go.
-    for stale in STALE_RESULTS:
-        (out / stale).unlink(missing_ok=True)
-    shutil.rmtree(out / "profile", ignore_errors=True)  # an earlier bench.profile trace
     result.environment_tags = capture_environment(out / "environment", python=cmd.argv[0],
                                                   server_env=cmd.env, engine=params.engine)
 
