@@ -41,10 +41,10 @@ def relog(results_dir: Path, params_file: str | None = None) -> str:
     from lab.tracking.relog import relog as replay
     from lab.tracking.tracker import Tracker
 
+    tracker = Tracker.from_params(load_params(params_file))
     if not results_dir.is_dir():
         raise FileNotFoundError(f"{results_dir} is not a directory. Fix: pass the directory of a run's results, "
                                 "e.g. lab log results/baseline (or reports, results/physics)")
-    tracker = Tracker.from_params(load_params(params_file))
     run_id, what = replay(tracker, results_dir)
     print(f"[lab] {results_dir}: MLflow run {run_id} {what}" + (" (nothing changed)" if what == "already logged" else
                                                                  f" at {tracker.uri}"))

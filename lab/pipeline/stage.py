@@ -139,7 +139,7 @@ def run_stage(build: Callable[[LabParams], Stage], params_file: str | None = Non
     import time
 
     from lab.pipeline.staging import attempt_dir, check_output_dir, promote
-    from lab.tracking.runs import STAGE_STARTED_ENV, TrackingError
+    from lab.tracking.runs import STAGE_STARTED_ENV, TrackingError, results_safe, tracking_cause
     from lab.tracking.tracker import Tracker
 
     os.environ[STAGE_STARTED_ENV] = str(int(time.time() * 1000))  # the kernel inherits it
@@ -196,13 +196,20 @@ def run_stage(build: Callable[[LabParams], Stage], params_file: str | None = Non
                           + _where_partial(work, out_dir, root, complete), exit_code=130) from None
     tracking = _tracking_failure(error) or (attach_error if error is None else None)
     if complete and tracking:
-        shown = _rel(out_dir, root)
-        raise StageFailed(f"stage {name}: MLflow logging failed ({tracking}); the measured results are safe in "
-                          f"{shown}. Fix the tracking store, then run: lab log {shown}") from None
+        raise StageFailed(f"stage {name}: {results_safe(tracking_cause(tracking), _rel(out_dir, root))}") from None
     if error is not None:
-        detail = f"{type(error).__name__}: {error}" if not _tracking_failure(error) else _tracking_failure(error)
+        cell = getattr(error, "ename", None)  # papermill's error: the failing cell's exception
+        detail = tracking_cause(tracking) if tracking else _short(
+            f"{cell}: {getattr(error, 'evalue', '')}" if cell else f"{type(error).__name__}: {error}")
         raise StageFailed(f"stage {name} failed ({detail}); " + _where_partial(work, out_dir, root, complete)) from None
     return final
+
+
+def _short(text: str, limit: int = 400) -> str:
+    """``text`` up to its first line break and ``limit`` characters (papermill's error holds
+    the cell's traceback; the executed notebook keeps it whole)."""
+    head = text.strip().split("\n", 1)[0]
+    return head if len(head) <= limit else head[:limit] + " ..."
 
 
 def _tracking_failure(error: BaseException | None) -> str | None:

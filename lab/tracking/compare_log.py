@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from lab.config import LabParams
 from lab.tracking.params_log import compare_run_params
-from lab.tracking.runs import RECORD_FILE, TrackingError, run_tags
+from lab.tracking.runs import RECORD_FILE, TrackingError, results_safe, run_tags
 from lab.tracking.tracker import Tracker
 
 __all__ = ["log_comparison"]
@@ -51,8 +51,7 @@ def log_comparison(tracker: Tracker, params: LabParams, modes: list[str], result
         run.finish("FINISHED", save_to=rep_dir / RECORD_FILE)
         tracker.finish_parent(dict(metrics), {"modes": ",".join(modes)}, len(params.modes))
     except TrackingError as exc:
-        msg = (f"MLflow logging of the comparison failed ({exc}); the report, summary and figures are safe in "
-               f"{rep_dir}." + (f" Fix the tracking store, then run: lab log {rep_dir}" if run_id else ""))
-        print(f"[lab] {msg}")
-        return run_id, TrackingError(msg)
+        err = results_safe(exc, rep_dir, "the report, summary and figures") if run_id else exc
+        print(f"[lab] {err}")
+        return run_id, err
     return run_id, None

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from lab.config import LabParams
-from lab.tracking.runs import RECORD_FILE, TrackingError, flatten_params, run_tags
+from lab.tracking.runs import RECORD_FILE, TrackingError, flatten_params, results_safe, run_tags
 from lab.tracking.tracker import Tracker
 
 __all__ = ["log_physics", "record_physics"]
@@ -55,8 +55,7 @@ def log_physics(tracker: Tracker, params: LabParams, metrics: Mapping[str, Any],
         run.finish("FINISHED" if status == "ok" or status.startswith("not run") else "FAILED", save_to=out / RECORD_FILE)
         return run.run_id
     except TrackingError as exc:
-        raise TrackingError(f"MLflow logging of the physics stage failed ({exc}); the results are safe in {out}."
-                            + (f" Fix the tracking store, then run: lab log {out}" if run else "")) from exc
+        raise (results_safe(exc, out, "the results") if run else exc) from exc
 
 
 def record_physics(params: LabParams, metrics: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> str | None:

@@ -20,7 +20,7 @@ from lab.atomic import write_json_atomic
 from lab.measure.point import level_key
 from lab.measure.result import ModeResult
 from lab.tracking.mlflow_view import interval_metrics, warning_tags
-from lab.tracking.runs import RECORD_FILE, RunHandle, TrackingError, flatten_params
+from lab.tracking.runs import RECORD_FILE, RunHandle, TrackingError, flatten_params, results_safe
 
 __all__ = ["BY_CONCURRENCY", "record", "write_results", "log_mode_run", "log_engine", "ARTIFACTS"]
 
@@ -48,10 +48,9 @@ def record(result: ModeResult, out: Path, run: RunHandle, status: str, log=print
     try:
         log_mode_run(run, out, data, status)
     except TrackingError as exc:
-        log(f"[lab] MLflow logging failed ({exc}); the measured results are safe in {out}. "
-            f"Fix the tracking store, then run: lab log {out}")
-        raise TrackingError(f"MLflow logging failed ({exc}); the measured results are safe in {out}. "
-                            f"Fix the tracking store, then run: lab log {out}") from exc
+        err = results_safe(exc, out)
+        log(f"[lab] {err}")
+        raise err from exc
 
 
 def log_engine(run: RunHandle, result: ModeResult) -> None:

@@ -31,7 +31,7 @@ from lab.config import LabParams, repo_root
 from lab.redact import REDACTED, is_secret_name, redact_argv, redact_url
 
 __all__ = ["TrackingError", "RunHandle", "flatten_params", "run_tags", "git_commit", "RECORD_FILE", "LOGGED_TAG",
-           "long_value_marker", "load_record"]
+           "long_value_marker", "load_record", "results_safe", "tracking_cause"]
 
 #: The run record beside a run's results (``results/<mode>/``, ``reports/``, ``results/physics/``).
 RECORD_FILE = "mlflow_run.json"
@@ -43,6 +43,24 @@ LONG_PREVIEW = 300
 
 class TrackingError(RuntimeError):
     """MLflow is unreachable or rejected a call; the message names the URI and the fix."""
+
+
+def results_safe(cause: object, where: os.PathLike[str] | str, what: str = "the measured results") -> TrackingError:
+    """The error a stage raises when MLflow failed after its results were written:
+    ``MLflow logging failed (<cause>); <what> are safe in <where>. Fix the tracking store,
+    then run: lab log <where>`` (:func:`tracking_cause` reads the cause back)."""
+    return TrackingError(f"MLflow logging failed ({cause}); {what} are safe in {where}. "
+                         f"Fix the tracking store, then run: lab log {where}")
+
+
+def tracking_cause(message: str, limit: int = 240) -> str:
+    """The underlying MLflow error of a :func:`results_safe` message (else the message),
+    cut after ``limit`` characters with a marker (the executed notebook has it whole)."""
+    import re
+
+    m = re.match(r"MLflow logging failed \((?P<cause>.*)\); .+? are safe in ", message, re.S)
+    cause = m.group("cause") if m else message
+    return cause if len(cause) <= limit else cause[:limit] + " ... (cut here; the whole error is in the executed notebook)"
 
 
 def flatten_params(obj: Any, prefix: str = "") -> dict[str, str]:
