@@ -114,7 +114,7 @@ def test_results_dir_not_writable(tmp_path):
     blocker = tmp_path / "results"
     blocker.write_text("a file where the results directory should be")
     out = blocker / "baseline"
-    with pytest.raises(BenchError, match="is not writable.*Fix"):
+    with pytest.raises(BenchError, match=f"{blocker} is a file, not a directory.*Fix: move it away"):
         run_mode(params, "baseline", out)
     assert engines_on(params.server.port) == []
 

@@ -58,47 +58,21 @@ def test_lab_ui_url_opens_the_runs_table_in_chromium(tmp_path):
     import os
     import signal
     import subprocess
-    import sys
     import time
-    import urllib.request
-
-    import pytest
-    import yaml
 
     from browser import chromium
-    from scratch import free_port
 
     exe = chromium()
-    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw["mlflow"] = {"tracking_uri": f"sqlite:///{tmp_path / 'm.db'}", "experiment": "ui-test"}
-    pfile = tmp_path / "params.yaml"
-    pfile.write_text(yaml.safe_dump(raw, sort_keys=False))
-    params = load_params(pfile)
-    run = Tracker.from_params(params).open_run("eagle3_decode | emulator | ui-test-run", {"mode": "eagle3_decode"},
-                                               nested=False)
-    run.log_metrics({"decode_tok_s": 96.6, "decode_tok_s_ci95_lo": 94.6, "decode_tok_s_ci95_hi": 98.7})
-    run.finish()
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "lab.pipeline.cli", "ui", "--port", str(port), "--params", str(pfile)],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+
+    def one_run(pfile: Path) -> None:
+        run = Tracker.from_params(load_params(pfile)).open_run("eagle3_decode | emulator | ui-test-run",
+                                                               {"mode": "eagle3_decode"}, nested=False)
+        run.log_metrics({"decode_tok_s": 96.6, "decode_tok_s_ci95_lo": 94.6, "decode_tok_s_ci95_hi": 98.7})
+        run.finish()
+
+    proc, _, _, url = _start_ui(tmp_path, setup=one_run)
     try:
-        url, t0 = None, time.monotonic()
-        for line in proc.stdout:
-            if line.startswith("[lab] open: "):
-                url = line.split(": ", 1)[1].strip()
-                break
         assert url and url.endswith("?workflowType=machine_learning") and "127.0.0.1" in url, url
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-                break
-            except Exception:
-                time.sleep(0.5)
-        else:
-            pytest.fail("mlflow ui did not answer")
-        print(f"mlflow ui up after {time.monotonic() - t0:.1f} s")
         t_dom = time.monotonic()
         dom = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'c'}",
                               "--virtual-time-budget=25000", "--dump-dom", url], capture_output=True, text=True,
@@ -110,27 +84,31 @@ def test_lab_ui_url_opens_the_runs_table_in_chromium(tmp_path):
         proc.wait(20)
 
 
-def _start_ui(tmp_path: Path):
+def _start_ui(tmp_path: Path, setup=None):
     """``lab ui`` on a temp store and a free port, in its own session (as from a terminal);
-    returns ``(process, port, the mlflow server's process group)`` once MLflow answers."""
+    ``setup(params_file)`` runs first. Returns ``(process, port, the mlflow server's process
+    group, the URL it printed)`` once MLflow answers."""
     import subprocess
     import sys
     import time
     import urllib.request
 
     import psutil
-    import pytest
     import yaml
 
     from scratch import free_port
 
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw["mlflow"] = {"tracking_uri": f"sqlite:///{tmp_path / 'm.db'}", "experiment": "ui-stop"}
+    raw["mlflow"] = {"tracking_uri": f"sqlite:///{tmp_path / 'm.db'}", "experiment": "ui-test"}
     pfile = tmp_path / "params.yaml"
     pfile.write_text(yaml.safe_dump(raw, sort_keys=False))
+    if setup is not None:
+        setup(pfile)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "lab.pipeline.cli", "ui", "--port", str(port), "--params", str(pfile)],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = tmp_path / "lab-ui.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "lab.pipeline.cli", "ui", "--port", str(port), "--params",
+                                 str(pfile)], cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -138,14 +116,15 @@ def _start_ui(tmp_path: Path):
             break
         except Exception:
             if proc.poll() is not None:
-                pytest.fail(f"lab ui exited with {proc.returncode}")
+                pytest.fail(f"lab ui exited with {proc.returncode}: {log.read_text()[-2000:]}")
             time.sleep(0.5)
     else:
         proc.kill()
-        pytest.fail("mlflow ui did not answer")
+        pytest.fail(f"mlflow ui did not answer: {log.read_text()[-2000:]}")
+    url = next((ln.split(": ", 1)[1].strip() for ln in log.read_text().splitlines() if ln.startswith("[lab] open: ")), None)
     children = psutil.Process(proc.pid).children()
     assert len(children) == 1, children
-    return proc, port, children[0].pid
+    return proc, port, children[0].pid, url
 
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
@@ -161,7 +140,7 @@ def test_lab_ui_stops_its_whole_process_group_on_a_signal(tmp_path, sig):
 
     from reliability_util import port_free
 
-    proc, port, pgid = _start_ui(tmp_path)
+    proc, port, pgid, _ = _start_ui(tmp_path)
     group = [p for p in psutil.process_iter() if _pgid(p) == pgid]
     assert len(group) >= 2, group  # the server and at least one worker: there is a tree to stop
     try:

@@ -28,7 +28,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from scratch import dvc_env, run_dvc, scratch_repo
+from scratch import dvc_env, run_dvc, scratch_repo, wait_until_measuring
 
 pytestmark = pytest.mark.integration
 
@@ -116,14 +116,7 @@ def test_interrupted_measuring_stage_keeps_the_previous_results_byte_for_byte(re
     proc = subprocess.Popen([dvc, "repro", "-s", "bench@baseline"], cwd=repo, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + 180
-        partial = repo / "results" / "baseline" / "partial"
-        while time.monotonic() < deadline and proc.poll() is None:
-            reqs = list(partial.glob("*/requests.jsonl"))
-            if reqs and reqs[0].stat().st_size > 0:
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        partial = wait_until_measuring(repo, proc).parent
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal
         out, _ = proc.communicate(timeout=120)
     finally:

@@ -4,10 +4,11 @@
 (guidellm ``benchmark/benchmarker.py`` shape); each step lives in its own module and fills
 in one :class:`lab.measure.result.ModeResult`:
 
-1. prepare (:mod:`lab.pipeline.lifetime`): results dir writable, dataset, MLflow run opened
-   with the mode's params, stale engines stopped, preflight (:mod:`lab.engine.preflight`:
-   GPUs, SGLang, the argv through SGLang's parser, weights, port, disk), previous results
-   removed, environment captured;
+1. prepare (:mod:`lab.pipeline.lifetime`): results dir writable (under the stage, its new
+   attempt directory: :mod:`lab.pipeline.staging`), dataset, MLflow run opened with the
+   mode's params (through the stage's :class:`lab.tracking.tracker.Tracker`), stale engines
+   stopped, preflight (:mod:`lab.engine.preflight`: GPUs, SGLang, the argv through SGLang's
+   parser, weights, port, disk), environment captured;
 2. engine lifetime (:func:`lab.pipeline.lifetime.engine`): started in its own process group,
    ready, effective configuration read back, warmed up; stopped however the block is left
    (SIGTERM included);
@@ -17,9 +18,10 @@ in one :class:`lab.measure.result.ModeResult`:
 4. aggregate (:mod:`lab.analysis.aggregate`): per-point means and intervals, headline,
    the emulator's ground truth, hygiene warnings, the regression sentinel;
 5. record (:func:`lab.tracking.record.record`): ``runs.json``/``result.json``/
-   ``metrics.json`` written atomically and the MLflow run logged, on success and on failure
-   alike. A failure leaves ``metrics.json`` with ``"status": "failed"``, what was measured so
-   far (``partial``, ``levels_partial``), the server log, and a FAILED MLflow run.
+   ``metrics.json`` written atomically, the MLflow run logged and its run record
+   (``mlflow_run.json``) saved, on success and on failure alike. A failure leaves
+   ``metrics.json`` with ``"status": "failed"``, what was measured so far (``partial``,
+   ``levels_partial``), the server log, and a FAILED MLflow run.
 """
 
 from __future__ import annotations

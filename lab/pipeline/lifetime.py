@@ -37,6 +37,7 @@ from lab.engine.startup import StartupTracker
 from lab.measure import client, hygiene
 from lab.measure.point import BenchError, check_alive
 from lab.measure.result import ModeResult
+from lab.pipeline.staging import check_output_dir
 from lab.tracking.versions import version_tags
 from lab.workload.dataset import workload
 
@@ -61,15 +62,13 @@ def sigterm_as_exit() -> Iterator[None]:
 
 
 def check_writable(d: Path) -> None:
-    """Create ``d`` and write a probe file in it. :raises BenchError: it cannot be written."""
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        probe = d / ".write_probe"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise BenchError(f"results directory {d} is not writable ({exc}). Fix: check its "
-                         "permissions or free disk space") from exc
+    """Create ``d`` and write a probe file in it (:func:`lab.pipeline.staging.check_output_dir`).
+
+    :raises BenchError: it cannot be written (a file in the way, permissions, disk), with the fix.
+    """
+    problem = check_output_dir(d)
+    if problem:
+        raise BenchError(problem)
 
 
 def prepare(params: LabParams, cmd: ServerCommand, out: Path, result: ModeResult, log=print) -> None:

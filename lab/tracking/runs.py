@@ -218,18 +218,28 @@ class RunHandle:
             self._call("log artifact", self.client.log_artifact, self.run_id, str(path), where)
         return marker
 
+    def _batches(self, what: str, kind: str, items: list, size: int) -> None:
+        """``client.log_batch(run, <kind>=...)`` in chunks of ``size`` (MLflow's batch limits)."""
+        for i in range(0, len(items), size):
+            self._call(what, self.client.log_batch, self.run_id, **{kind: items[i:i + size]})
+
+    def _text_values(self, kind: str, values: Mapping[str, object], entity, limit: int) -> None:
+        """Params or tags: recorded whole; a value over ``limit`` goes in as an artifact, its
+        marker in MLflow (:func:`long_value_marker`)."""
+        from mlflow.utils.validation import MAX_PARAMS_TAGS_PER_BATCH
+
+        values = {k: str(v) for k, v in values.items()}
+        self.record[kind].update(values)
+        items = [entity(k, v if len(v) <= limit else self._log_long(kind, k, v)) for k, v in values.items()]
+        self._batches(f"log {kind}", kind, items, MAX_PARAMS_TAGS_PER_BATCH)
+
     def log_params(self, params: Mapping[str, str]) -> None:
         """Log string params (use :func:`flatten_params`); a value over MLflow's limit goes in
         whole as an artifact, the param saying where (:func:`long_value_marker`)."""
         from mlflow.entities import Param
-        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
+        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
-        params = {k: str(v) for k, v in params.items()}
-        self.record["params"].update(params)
-        items = [Param(k, v if len(v) <= MAX_PARAM_VAL_LENGTH else self._log_long("params", k, v))
-                 for k, v in params.items()]
-        for i in range(0, len(items), MAX_PARAMS_TAGS_PER_BATCH):
-            self._call("log params", self.client.log_batch, self.run_id, params=items[i:i + MAX_PARAMS_TAGS_PER_BATCH])
+        self._text_values("params", params, Param, MAX_PARAM_VAL_LENGTH)
 
     def log_metrics(self, metrics: Mapping[str, float | None], step: int = 0) -> None:
         """Log numeric metrics; ``None`` and NaN values are skipped (never logged as 0)."""
@@ -247,22 +257,16 @@ class RunHandle:
         from mlflow.utils.validation import MAX_METRICS_PER_BATCH
 
         self.record["metrics"].extend(rows)
-        items = [Metric(k, v, ts, step) for k, v, ts, step in rows]
-        for i in range(0, len(items), MAX_METRICS_PER_BATCH):
-            self._call("log metrics", self.client.log_batch, self.run_id, metrics=items[i:i + MAX_METRICS_PER_BATCH])
+        self._batches("log metrics", "metrics", [Metric(k, v, ts, step) for k, v, ts, step in rows],
+                      MAX_METRICS_PER_BATCH)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Set string tags; a value over MLflow's limit goes in whole as an artifact, the tag
         saying where (:func:`long_value_marker`)."""
         from mlflow.entities import RunTag
-        from mlflow.utils.validation import MAX_PARAMS_TAGS_PER_BATCH, MAX_TAG_VAL_LENGTH
+        from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
-        tags = {k: str(v) for k, v in tags.items()}
-        self.record["tags"].update(tags)
-        items = [RunTag(k, v if len(v) <= MAX_TAG_VAL_LENGTH else self._log_long("tags", k, v))
-                 for k, v in tags.items()]
-        for i in range(0, len(items), MAX_PARAMS_TAGS_PER_BATCH):
-            self._call("set tags", self.client.log_batch, self.run_id, tags=items[i:i + MAX_PARAMS_TAGS_PER_BATCH])
+        self._text_values("tags", tags, RunTag, MAX_TAG_VAL_LENGTH)
 
     def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
         """Upload a file if it exists (missing files are skipped silently, and not recorded)."""
