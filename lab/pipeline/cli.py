@@ -38,6 +38,7 @@ def relog(results_dir: Path, params_file: str | None = None) -> str:
         names another store than params.yaml.
     """
     from lab.config import load_params
+    from lab.redact import redact_url
     from lab.tracking.relog import relog as replay
     from lab.tracking.tracker import Tracker
 
@@ -47,7 +48,7 @@ def relog(results_dir: Path, params_file: str | None = None) -> str:
                                 "e.g. lab log results/baseline (or reports, results/physics)")
     run_id, what = replay(tracker, results_dir)
     print(f"[lab] {results_dir}: MLflow run {run_id} {what}" + (" (nothing changed)" if what == "already logged" else
-                                                                 f" at {tracker.uri}"))
+                                                                 f" at {redact_url(tracker.uri)}"))
     return run_id
 
 

@@ -118,10 +118,6 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _existing(*paths: Path) -> list[Path]:
-    return [p for p in paths if p.exists()]
-
-
 def run_stage(build: Callable[[LabParams], Stage], params_file: str | None = None, where: str = "") -> Path:
     """Validate params, build the stage, run its fast checks, then execute its notebook in a
     new attempt directory and move a complete result into place; returns the executed

@@ -6,7 +6,9 @@ timestamp, step), tag, artifact (relative to that directory), its parent, status
 end. :func:`relog` replays it:
 
 - the run exists in the store and was logged to the end (tag ``lab_logged`` and ended):
-  nothing is changed (a finished run is never rewritten);
+  nothing is changed (a finished run is never rewritten), except that a recorded artifact the
+  store lacks is uploaded (the executed notebook, when the store failed just after the kernel
+  ended the run);
 - the run exists but was left RUNNING or ended half-logged (the store failed mid-stage; the
   stage then marked it FAILED): it is completed in place, so the ids that ``result.json``,
   the comparison's ``mode_run.<mode>`` tags and the parent hold stay valid; it ends with its
@@ -35,8 +37,8 @@ from lab.tracking.tracker import Tracker
 __all__ = ["relog"]
 
 
-def _replay(handle: RunHandle, rec: dict[str, Any], base: Path) -> None:
-    handle.set_tags({**rec["tags"], "lab_relogged": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+def _replay(handle: RunHandle, rec: dict[str, Any], tags: dict[str, str], base: Path) -> None:
+    handle.set_tags({**tags, "lab_relogged": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                      "lab_relogged_from": str(base)})
     handle.log_params(rec["params"])
     handle._log_metric_rows([list(row) for row in rec["metrics"]])
@@ -48,7 +50,8 @@ def _replay(handle: RunHandle, rec: dict[str, Any], base: Path) -> None:
 def relog(tracker: Tracker, directory: str | os.PathLike[str], log=print) -> tuple[str, str]:
     """Log the run recorded in ``directory`` again (module docstring).
 
-    :returns: ``(run_id, what)``, ``what`` one of ``"already logged"``, ``"completed"``, ``"created"``.
+    :returns: ``(run_id, what)``, ``what`` one of ``"already logged"`` (possibly with the
+        artifacts it added), ``"completed"``, ``"created"``.
     :raises FileNotFoundError: no run record in ``directory`` (the message names the fix).
     :raises TrackingError: the store is still unreachable or rejected a call.
     """
@@ -58,13 +61,13 @@ def relog(tracker: Tracker, directory: str | os.PathLike[str], log=print) -> tup
         log(f"[lab] the run was recorded for {rec['tracking_uri']}; logging it to {redact_url(tracker.uri)}")
     run_id = rec["run_id"]
     info = tracker.run_info(run_id)
+    tags = dict(rec["tags"])
     if info is not None:
-        status, tags = info
-        if tags.get(LOGGED_TAG) == "complete" and status != "RUNNING":
-            return run_id, "already logged"
+        status, held = info
+        if held.get(LOGGED_TAG) == "complete" and status != "RUNNING":
+            return run_id, _missing_artifacts(tracker, rec, base)
         what = "completed"
     else:
-        tags = dict(rec["tags"])
         parent = rec.get("parent_run_id")
         if parent and tracker.run_info(parent) is None:
             tags.pop("mlflow.parentRunId", None)
@@ -76,9 +79,31 @@ def relog(tracker: Tracker, directory: str | os.PathLike[str], log=print) -> tup
             raise TrackingError(f"MLflow create run failed at {tracker.uri}: {exc}") from exc
         run_id, what = run.info.run_id, "created"
     handle = RunHandle(tracker.client, run_id, tracker.uri, base=base)
-    _replay(handle, rec, base)
+    _replay(handle, rec, tags, base)
     _end_orphaned_parent(tracker, rec.get("parent_run_id"), log)
     return run_id, what
+
+
+def _missing_artifacts(tracker: Tracker, rec: dict[str, Any], base: Path) -> str:
+    """For a run logged to the end: upload the recorded artifacts the store lacks (the executed
+    notebook, attached by the stage after the kernel had ended the run, when the store failed
+    just then); nothing else of the run is touched."""
+    try:
+        held = {a.path for d in {art for _, art in rec["artifacts"]}
+                for a in tracker.client.list_artifacts(rec["run_id"], d)}
+    except Exception as exc:
+        raise TrackingError(f"MLflow list artifacts failed at {tracker.uri}: {exc}") from exc
+    added = []
+    for path, artifact_path in rec["artifacts"]:
+        name = "/".join(x for x in (artifact_path, Path(path).name) if x)
+        local = Path(path) if os.path.isabs(path) else base / path
+        if name not in held and local.is_file():
+            try:
+                tracker.client.log_artifact(rec["run_id"], str(local), artifact_path)
+            except Exception as exc:
+                raise TrackingError(f"MLflow log artifact failed at {tracker.uri}: {exc}") from exc
+            added.append(name)
+    return f"already logged; added its missing artifacts {', '.join(added)}" if added else "already logged"
 
 
 def _end_orphaned_parent(tracker: Tracker, parent: str | None, log) -> None:
