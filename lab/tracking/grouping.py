@@ -131,4 +131,5 @@ def remember_parent(root: Path, key: str, run_id: str) -> None:
     known[key] = run_id
     path = root / PARENT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, dict(list(known.items())[-PARENT_FILE_KEEP:]), indent=1)
+    known = dict(list(known.items())[-PARENT_FILE_KEEP:])
+    write_json_atomic(path, known, indent=1)
