@@ -65,10 +65,21 @@ REPORT_FILES = ("summary.csv", "concurrency.csv", "pareto.csv", "lossless.csv", 
 
 
 def print_answer(notebook: Path) -> None:
-    """The last stage: ``dvc repro`` ends with the answer (:func:`lab.report.answer.load_answer`)."""
+    """The last stage: ``dvc repro`` ends with the answer (:func:`lab.report.answer.load_answer`).
+    Inside a DVC experiment the report is named as the experiment's (its temporary copy is
+    gone once the experiment ends), with how to get it into the workspace."""
+    import os
+
+    from lab.pipeline.stage import in_experiment
     from lab.report.answer import load_answer
 
-    print("\n" + load_answer(notebook.parent), flush=True)
+    shown = None
+    if in_experiment(notebook.parent.parent):
+        name = os.environ.get("DVC_EXP_NAME")
+        shown = (f"reports/report.html of experiment {name} (`dvc exp apply {name}` puts it in the workspace)"
+                 if name else "reports/report.html of this experiment (`dvc exp show` names it; "
+                              "`dvc exp apply <name>` puts it in the workspace)")
+    print("\n" + load_answer(notebook.parent, shown), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -264,7 +264,9 @@ def stage_main(where: str, build: Callable[[LabParams], Stage], params_file: str
         _close_pipeline_runs(params_file, ok=False)
         return 130
     _close_pipeline_runs(params_file, ok=True)
-    print(f"[lab] executed notebook: {out}")
+    root = repo_root()
+    print(f"[lab] executed notebook: {out}" if not in_experiment(root) else
+          f"[lab] executed notebook: {_rel(out, root)} (in this DVC experiment; `dvc exp apply` puts it in the workspace)")
     if on_success is not None:
         on_success(out)
     return 0
