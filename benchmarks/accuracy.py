@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lab.measure.accuracy import write_report  # noqa: E402
-from lab.measure.accuracy import ACCURACY_METRICS, RATE_METRICS, error_table, measure_mode, measure_rates  # noqa: E402
+from lab.measure.accuracy import RATE_METRICS, accuracy_metrics, error_table, measure_mode, measure_rates  # noqa: E402
 from lab.config import load_params  # noqa: E402
 from lab.workload.dataset import load_prompts  # noqa: E402
 
@@ -32,10 +32,11 @@ DEFINITIONS = """\
 | decode_tok_s | median over requests of (N-1)/(t_last_chunk - t_first_chunk) | median of (N-1)/(last_token - first_token) | jitter of chunk delivery at both ends of the decode span |
 | output_tok_s | sum N / (max t_end - min t_dispatch) | sum N / (max last_token - min arrival) | the client's send -> server arrival and last chunk -> end of stream (real client-side time) |
 | cycle_ms | median of decode span / spec_verify_ct (or / (N-1)) | same with truth span and count | as decode_tok_s |
-| icl_ms | mean gap between consecutive content chunks | mean gap between ends of the iterations that gave the request tokens | delivery jitter; coalesced chunks |
-| ttft_ms | median of t_first_chunk - t_send | median of first_token - arrival (server view) | HTTP send, request parsing, first-chunk delivery: a fixed ~ms cost |
+| mean_icl_ms | mean gap between consecutive content chunks | mean gap between ends of the iterations that gave the request tokens | delivery jitter; coalesced chunks |
+| p50_ttft_ms | median of t_first_chunk - t_send | median of first_token - arrival (server view) | HTTP send, request parsing, first-chunk delivery: a fixed ~ms cost |
+| p50_tpot_ms | median of (e2e - ttft) / (N-1) | median of (last_token - first_token) / (N-1) | as decode_tok_s, plus the last chunk -> end of stream |
 | accept_length | sum N / sum spec_verify_ct (meta_info) | same from the truth request lines | none expected (counts) |
-| verify_ms / decode_ms | /metrics delta of forward seconds / decode iterations | mean actual verify (decode) phase of the iterations between the scrapes | none expected (same counters) |
+| verify_ms / draft_ms / decode_ms | /metrics delta of forward seconds / decode iterations | mean actual verify (draft, decode) phase of the iterations between the scrapes | none expected (same counters) |
 
 Error = client / truth - 1 per repeat; "median" is over repeats, "worst" is the repeat with the largest |error|.
 Targets (issue 4): |median error| <= 1 % at concurrency 1, <= 2 % at 8 and 64."""
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                                              prompts=prompts, burstiness=a.burstiness, max_running=max_running,
                                              profile=a.profile) for m in a.modes]}
     report = {"profile": a.profile or params.emulator.profile, "levels": a.levels, "repeats": a.repeats,
-              "max_new_tokens": a.max_new_tokens, "metrics": list(ACCURACY_METRICS),
+              "max_new_tokens": a.max_new_tokens, "metrics": accuracy_metrics(),
               "command": "python benchmarks/accuracy.py" + (" " + " ".join(argv or sys.argv[1:])).rstrip(),
               "machine": f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}, Python "
                          f"{platform.python_version()}",

@@ -38,8 +38,7 @@ import numpy as np  # noqa: E402
 
 from lab.measure import client  # noqa: E402
 from lab.measure.accuracy import write_report  # noqa: E402
-from lab.measure.accuracy import (client_run_metrics, emulator_server, relative_error, target_for,  # noqa: E402
-                          truth_run_metrics)
+from lab.measure.accuracy import client_run_metrics, emulator_server, relative_error, target_for  # noqa: E402
 from lab.config import load_params  # noqa: E402
 from lab.workload.dataset import load_prompts, workload  # noqa: E402
 from lab.emulator.truth import load_truth  # noqa: E402
@@ -60,7 +59,7 @@ tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
 tok.decoder = decoders.WordPiece(prefix="##")
 PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(sys.argv[1])
 """
-COMPARED = ("decode_tok_s", "output_tok_s", "ttft_ms")
+COMPARED = ("decode_tok_s", "output_tok_s", "p50_ttft_ms")
 
 
 def _cpu(who: int) -> float:
@@ -122,7 +121,7 @@ def aiperf_metrics(recs, summary) -> dict:
     ttft = [x["time_to_first_token"]["value"] for x in m]
     otp = summary.get("output_token_throughput", {}).get("avg")
     tokens = sum(x["output_token_count"]["value"] for x in m)
-    return {"decode_tok_s": float(np.median(dec)) if dec else None, "ttft_ms": float(np.median(ttft)), "output_tok_s": otp,
+    return {"decode_tok_s": float(np.median(dec)) if dec else None, "p50_ttft_ms": float(np.median(ttft)), "output_tok_s": otp,
             "completion_tokens_total": tokens, "errors": len(recs) - len(m)}
 
 
@@ -171,8 +170,8 @@ def measure(params, prompts, exe, why, tok_dir: Path, work: Path, *, mode: str, 
         else:
             meas = r["aiperf"]
             rids = [rid for rid, q in truth.requests.items() if t0 <= q["arrival"] <= t1 and not rid.startswith("cap-")]
-        tr = truth_run_metrics(truth, rids)
-        wire = truth_run_metrics(truth, rids, clock="wire")
+        tr = truth.run_metrics(rids)
+        wire = truth.run_metrics(rids, clock="wire")
         tokens = meas["completion_tokens_total"]
         marginal = (r["cpu_s"] - r["cpu_small_s"]) / (tokens - r["tokens_small"]) if tokens > r["tokens_small"] else None
         out_rows.append({
@@ -249,7 +248,7 @@ def render(r: dict) -> str:
              "| mode | client | tokens | aggregate tok/s (client) | aggregate tok/s (truth, engine) | CPU s | CPU us/token | "
              "marginal CPU us/token | one-core capacity tok/s | error decode_tok_s vs wire | "
              "error output_tok_s vs wire | error decode_tok_s vs engine | error output_tok_s vs engine | "
-             "error ttft_ms vs engine | failed requests |",
+             "error p50_ttft_ms vs engine | failed requests |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for x in r["rows"]:
         cap = f"{x['one_core_capacity_tok_s']:,.0f}" if x["one_core_capacity_tok_s"] else "n/a"
@@ -257,7 +256,7 @@ def render(r: dict) -> str:
         lines.append(f"| {x['mode']} | {x['client']} | {x['tokens']:,} | {x['aggregate_tok_s']:,.0f} | {x['truth_output_tok_s']:,.0f} | "
                      f"{x['cpu_s']:.2f} | {x['cpu_us_per_token']:.1f} | {marg} | {cap} | "
                      f"{_p(x['wire_error_decode_tok_s'])} | {_p(x['wire_error_output_tok_s'])} | "
-                     f"{_p(x['error_decode_tok_s'])} | {_p(x['error_output_tok_s'])} | {_p(x['error_ttft_ms'])} | "
+                     f"{_p(x['error_decode_tok_s'])} | {_p(x['error_output_tok_s'])} | {_p(x['error_p50_ttft_ms'])} | "
                      f"{x['errors']} |")
     ok = [x for x in r["rows"] if x["client"].startswith("lab.measure.client") and all(
         v is not None and abs(v) <= r["target"] for v in (x["wire_error_decode_tok_s"], x["wire_error_output_tok_s"]))]

@@ -41,6 +41,7 @@ import numpy as np  # noqa: E402
 from scipy import stats as st  # noqa: E402
 
 from lab.analysis import sentinel  # noqa: E402
+from lab.catalog import sentinel_metrics  # noqa: E402
 from lab.pipeline.bench import run_mode  # noqa: E402
 from lab.config import load_params  # noqa: E402
 from lab.engine.ports import free_port  # noqa: E402
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         any_flag = False
         for point, agg in res["levels"].items():
-            for m in sentinel.SENTINEL_METRICS:
+            for m in sentinel_metrics():
                 now = (agg.get(m) or {}).get("values")
                 hist = [v for e in earlier for v in ((e["levels"].get(point) or {}).get(m) or {}).get("values", [])]
                 if not now or len(now) < 2 or len(hist) < 2:
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                            f"both {both} (of {judged_n} judged launches)")
     cv_lines = []
     for point in results[0]["levels"]:
-        for m in sentinel.SENTINEL_METRICS:
+        for m in sentinel_metrics():
             vals = [r["levels"][point][m]["mean"] for r in results if m in r["levels"].get(point, {})]
             if len(vals) > 1 and np.mean(vals):
                 cv_lines.append(f"  {point}.{m}: mean {np.mean(vals):.4g}, CV across launches "

@@ -12,18 +12,9 @@ Model weights are directories named by path (and revision), not files: they are 
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 __all__ = ["param_files", "outside_deps", "file_digests"]
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def param_files(params, root: Path) -> dict[str, Path]:
@@ -33,6 +24,7 @@ def param_files(params, root: Path) -> dict[str, Path]:
     :param root: the repository root relative paths resolve against (the engine's cwd).
     """
     from lab.config import is_hf_id
+    from lab.engine.registry import engine_for
 
     out: dict[str, Path] = {}
 
@@ -47,7 +39,7 @@ def param_files(params, root: Path) -> dict[str, Path]:
         except OSError:  # a value that is no path (too long a name...)
             pass
 
-    if params.engine == "emulator":
+    if engine_for(params).params_section == "emulator":  # the emulator's cost profile
         from lab.emulator.profile import ProfileError, load_profile
 
         prof = params.emulator.profile
@@ -75,11 +67,13 @@ def outside_deps(files: dict[str, Path], root: Path, deps: list[str]) -> dict[st
 
 def file_digests(files: dict[str, Path], root: Path) -> dict[str, dict[str, str]]:
     """``{param: {"path": path relative to root when inside it, "sha256": hex}}`` for the sentinel's hash."""
+    from lab.analysis.sentinel import file_sha256
+
     out = {}
     for k, p in sorted(files.items()):
         try:
             shown = str(p.relative_to(root.resolve()))
         except ValueError:
             shown = str(p)
-        out[k] = {"path": shown, "sha256": _sha256(p)}
+        out[k] = {"path": shown, "sha256": file_sha256(p)}
     return out

@@ -1,12 +1,13 @@
 """Secret redaction for everything the lab logs, records or uploads.
 
 Only credentials are redacted. A name is a credential's when one of its words (split on
-``_``, ``-``, ``.`` and lower-to-upper case changes) is ``TOKEN``, ``SECRET``, ``PASSWORD``,
-``PASSWD``, ``CREDENTIAL(S)``, ``AUTH``, ``AUTHORIZATION``, ``APIKEY``, or ``KEY`` (``HF_TOKEN``,
-``WANDB_API_KEY``, ``AWS_SECRET_ACCESS_KEY``, ``MY_SERVICE_PASSWORD``, ``hfToken``). Names
-that merely contain those letters are not: ``num_draft_tokens``, ``max_new_tokens``,
-``TOKENIZERS_PARALLELISM``, ``verify_tokens`` (the plural ``TOKENS`` counts tokens, it is no
-token). Matching values are replaced by ``***`` before they reach a log line, an MLflow
+``_``, ``-``, ``.`` and lower-to-upper case changes) is ``SECRET``, ``PASSWORD``, ``PASSWD``,
+``CREDENTIAL(S)``, ``AUTHORIZATION`` or ``APIKEY``, or when its *last* word is ``TOKEN``,
+``KEY`` or ``AUTH`` (``HF_TOKEN``, ``WANDB_API_KEY``, ``AWS_SECRET_ACCESS_KEY``,
+``MY_SERVICE_PASSWORD``, ``hfToken``). Names that merely contain those letters are not:
+``num_draft_tokens``, ``max_new_tokens``, ``TOKENIZERS_PARALLELISM``, ``verify_tokens`` (the
+plural ``TOKENS`` counts tokens, it is no token), and neither is a setting *about* tokens such as
+``SGLANG_SIMULATE_ACC_TOKEN_MODE`` (its value is ``real-draft-token``, no credential). Matching values are replaced by ``***`` before they reach a log line, an MLflow
 param, an environment capture or an artifact. Argv values that follow a flag whose last
 word is such a word (``--api-key X``, ``--hf-token X``) are redacted too.
 """
@@ -23,6 +24,9 @@ REDACTED = "***"
 #: Words that make a name a credential's (compared lower-case, whole words only).
 SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "credential", "credentials", "auth",
                           "authorization", "apikey", "key"})
+#: Of those, words that name a credential only as the name's last word (``HF_TOKEN``, not
+#: ``SGLANG_SIMULATE_ACC_TOKEN_MODE``).
+LAST_WORD_ONLY = frozenset({"token", "key", "auth"})
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 # Flags are matched on their last word only: --api-key, --hf-token, but not
 # --speculative-num-draft-tokens.
@@ -33,7 +37,10 @@ def is_secret_name(name: str) -> bool:
     """True if a variable, parameter or flag name names a credential: one of its words is in
     :data:`SECRET_WORDS` (``HF_TOKEN``, ``server.env.WANDB_API_KEY``, ``--api-key``), not
     merely a substring (``num_draft_tokens``, ``TOKENIZERS_PARALLELISM`` are not)."""
-    return any(w.lower() in SECRET_WORDS for w in _WORDS.findall(name))
+    words = [w.lower() for w in _WORDS.findall(name)]
+    if not words:
+        return False
+    return words[-1] in SECRET_WORDS or any(w in SECRET_WORDS - LAST_WORD_ONLY for w in words)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ["tests/test_faults.py", "tests/test_interrupt.py", "tests/test_bad_input.py"]
+TESTS = ["tests/component/test_faults.py", "tests/e2e/test_interrupt.py", "tests/component/test_interrupt_live.py",
+         "tests/unit/test_bad_input.py", "tests/component/test_bad_input_live.py"]
 
 
 def main() -> int:

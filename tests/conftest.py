@@ -1,8 +1,10 @@
 """Fixtures shared by every test module.
 
-- ``sglang_nodeps``: SGLang 0.5.23's own source (no dependencies), so tests can judge the
-  lab against SGLang's real parser and code. Installed once under ``.cache/`` with the
-  ``uv`` that README's commands provide; no other installer is ever used.
+- ``sglang_nodeps`` / ``sglang_nodeps_0516`` / ``sglang_nodeps_each``: SGLang 0.5.23's / 0.5.16's /
+  each supported version's own source (no dependencies; :func:`sglang_nodeps_dir`), so tests can
+  judge the lab against SGLang's real parser and code. Installed once per version under
+  ``.cache/`` with the ``uv`` that README's commands provide; no other installer is ever used.
+- MLflow's telemetry is off (``MLFLOW_DISABLE_TELEMETRY``): no test sends anything anywhere.
 - ``_project_stores_untouched`` (autouse, session): fails the session's last test at
   teardown when the suite wrote into the project's own ``mlflow.db``, ``mlruns/``,
   ``results/`` or ``reports/`` (tests use ``tmp_path`` stores and scratch copies).
@@ -18,8 +20,16 @@ from pathlib import Path
 
 import pytest
 
+# MLflow starts a telemetry client that resolves and calls a remote host from a background
+# thread unless it sees a test or CI (mlflow/telemetry/utils.py _is_ci_env_or_testing, which
+# checks PYTEST_CURRENT_TEST, unset while modules are collected). Tests send nothing anywhere,
+# and a unit test must open no socket (tests/unit/conftest.py): off for the whole run.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
 ROOT = Path(__file__).resolve().parents[1]
 SGLANG_VERSION = "0.5.23"
+#: Every SGLang build the lab supports (``lab/engine/surfaces.py``); contract tests run each one's code.
+SGLANG_VERSIONS = ("0.5.23", "0.5.16")
 
 #: Paths of the project that tests must leave as they found them (issue 11, item 3).
 PROJECT_STORES = ("mlflow.db", "mlruns", "mlartifacts", "results", "reports")
@@ -60,17 +70,35 @@ def install_nodeps(target: Path, pkgs: list[str]) -> Path:
     return target
 
 
-@pytest.fixture(scope="session")
-def sglang_nodeps() -> Path:
-    """Directory holding SGLang 0.5.23 (+ msgspec) installed without dependencies.
+def sglang_nodeps_dir(version: str) -> Path:
+    """Directory holding SGLang ``version`` (+ msgspec) installed without dependencies.
 
     Put it on ``PYTHONPATH`` of a subprocess (or ``sys.path``) to import SGLang's pure-Python
     modules (``sglang.srt.server_args``...) and read its source (``<dir>/sglang/srt/...``).
-    It lives under ``.cache/`` (git-ignored) and is installed once per checkout by the
-    ``uv`` from :func:`find_uv`. SGLang itself is not a locked dependency: with its
-    dependencies it needs CUDA wheels (torch...), which a CPU machine does not install.
+    It lives under ``.cache/sglang-nodeps-<version>`` (git-ignored) and is installed once per
+    checkout by the ``uv`` from :func:`find_uv`. SGLang itself is not a locked dependency: with
+    its dependencies it needs CUDA wheels (torch...), which a CPU machine does not install.
     """
-    return install_nodeps(ROOT / ".cache" / f"sglang-nodeps-{SGLANG_VERSION}", [f"sglang=={SGLANG_VERSION}", "msgspec"])
+    return install_nodeps(ROOT / ".cache" / f"sglang-nodeps-{version}", [f"sglang=={version}", "msgspec"])
+
+
+@pytest.fixture(scope="session")
+def sglang_nodeps() -> Path:
+    """SGLang 0.5.23 without dependencies (:func:`sglang_nodeps_dir`)."""
+    return sglang_nodeps_dir(SGLANG_VERSION)
+
+
+@pytest.fixture(scope="session")
+def sglang_nodeps_0516() -> Path:
+    """SGLang 0.5.16 without dependencies (:func:`sglang_nodeps_dir`): the build the real
+    captures of ``tests/fixtures/sglang-0.5.16/`` came from."""
+    return sglang_nodeps_dir("0.5.16")
+
+
+@pytest.fixture(scope="session", params=SGLANG_VERSIONS)
+def sglang_nodeps_each(request) -> tuple[str, Path]:
+    """``(version, directory)`` for each of :data:`SGLANG_VERSIONS` (the test runs once per version)."""
+    return request.param, sglang_nodeps_dir(request.param)
 
 
 def _snapshot() -> dict[str, tuple[int, int]]:

@@ -1,5 +1,5 @@
-"""Shared helpers of the fault, interruption and bad-input tests (tests/test_faults.py,
-tests/test_interrupt.py, tests/test_bad_input.py).
+"""Shared helpers of the fault, interruption and bad-input tests (tests/component/test_faults.py,
+tests/e2e/test_interrupt.py, tests/unit/test_bad_input.py, tests/component/test_bad_input_live.py).
 
 :func:`tally` records, per injected fault, whether the lab survived it (the run ended the
 way ``docs/reliability.md`` says), how many engine processes outlived it and how many
@@ -20,6 +20,17 @@ from lab.config import LabParams, load_params
 from scratch import free_port  # noqa: F401  (re-exported for the fault tests)
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def params_file(tmp_path: Path, mutate) -> Path:
+    """``params.yaml`` of the repository, changed by ``mutate(raw_dict)``, written under ``tmp_path``."""
+    import yaml
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    mutate(raw)
+    p = tmp_path / "params.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    return p
 
 
 def port_free(port: int) -> bool:

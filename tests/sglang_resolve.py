@@ -6,13 +6,14 @@ Run as ``python tests/sglang_resolve.py <sglang install dir>`` with JSON on stdi
 
 Steps, each SGLang's own code:
 
-1. parse with SGLang's field namespaces (``tests/sglang_argparser.py``, i.e.
-   ``arg_groups/arg_utils.add_cli_args_from_dataclass`` over ``arg_groups/fields/*.py``);
+1. parse with SGLang's own parser (``tests/sglang_argparser.py``: ``ServerArgs.add_cli_args``,
+   i.e. ``arg_groups/arg_utils.add_cli_args_from_dataclass`` over ``arg_groups/fields/*.py`` plus
+   the deprecated registrations such as ``--disable-cuda-graph``);
 2. ``arg_groups/cuda_graph_hook.py:parse_cuda_graph_config`` (flags -> ``cuda_graph_config``)
    and ``generate_decode_cuda_graph_batch_sizes`` (the batch-size list that
    ``memory_hook.py`` ~201-205 materialises), imported from the wheel; missing third-party
-   modules (torch...) are replaced by inert stubs, and the two record accessors the hook
-   calls (``resolving_view``, ``declare_resolution``, ``arg_groups/overrides.py``) are
+   modules (torch...) are replaced by inert stubs (``sglang_argparser.bootstrap``), and the two
+   record accessors the hook calls (``resolving_view``, ``declare_resolution``, ``arg_groups/overrides.py``) are
    replaced by plain attribute access on the parsed namespace;
 3. the topk-1 draft-token rewrite: the ``if`` statement of
    ``speculative_hook.py:_handle_eagle_family`` (~1255-1266) whose test compares
@@ -28,67 +29,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import json
 import logging
 import os
 import sys
-import types
-from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Inert stand-ins for third-party modules that are not installed (torch, triton...)."""
-
-    def find_spec(self, name, path, target=None):
-        top = name.split(".")[0]
-        if top not in _RUNTIME_DEPS:
-            return None
-        if top not in _STUBBED and importlib.machinery.PathFinder.find_spec(top) is not None:
-            return None  # installed: the real module
-        _STUBBED.add(top)
-        return importlib.machinery.ModuleSpec(name, self, is_package=True)
-
-    def create_module(self, spec):
-        m = mock.MagicMock(name=spec.name)
-        m.__path__, m.__spec__, m.__name__ = [], spec, spec.name
-        if spec.name == "torch":
-            m.__version__ = "2.14.1"
-        return m
-
-    def exec_module(self, module):
-        pass
-
-
-_STUBBED: set[str] = set()
-#: SGLang's runtime dependencies that its argument modules import at top level; stubbed only
-#: when not installed (the import chain was found by trial: each entry is imported somewhere
-#: under ``sglang/srt/arg_groups`` or ``sglang/srt/utils`` before the hook can load).
-_RUNTIME_DEPS = {
-    "torch", "triton", "pybase64", "sgl_kernel", "flashinfer", "psutil", "zmq", "transformers", "numpy",
-    "requests", "uvloop", "orjson", "pydantic", "fastapi", "setproctitle", "PIL", "huggingface_hub",
-    "safetensors", "tqdm", "aiohttp", "einops", "xgrammar", "outlines", "llguidance", "openai",
-    "partial_json_parser", "compressed_tensors", "torchvision", "prometheus_client", "modelscope", "packaging",
-    "jinja2", "cuda", "nvidia", "pynvml", "decord", "soundfile", "scipy", "gguf", "datasets", "sentencepiece",
-    "tiktoken", "blobfile", "hf_transfer", "interegular", "ninja", "msgpack", "cpuinfo", "IPython",
-    "sglang_router", "torchao", "vllm", "deep_gemm", "deep_ep", "mooncake", "nixl", "tvm_ffi", "quack",
-    "cutlass", "xxhash", "yaml", "anthropic", "sgl_fa3", "flash_attn", "pyzmq", "starlette", "uvicorn",
-    "httpx", "tokenizers", "regex", "filelock", "jsonschema", "pyarrow", "pandas", "GPUtil", "mmh3",
-}
-
-
-def _bootstrap(root: str) -> None:
-    sys.path.insert(0, root)
-    sys.meta_path.insert(0, _StubFinder())
-    # package __init__ files import the runtime (torch, kernels): register empty parents
-    for name in ("sglang", "sglang.srt", "sglang.kernels", "sglang.kernels.ops"):
-        mod = types.ModuleType(name)
-        mod.__path__ = [os.path.join(root, *name.split("."))]
-        sys.modules[name] = mod
 
 
 def _plain(x):
@@ -115,13 +61,9 @@ def _topk1_rewrite(root: str):
 def main() -> None:
     root = sys.argv[1]
     sys.path.insert(0, HERE)
-    from sglang_argparser import build_parser  # SGLang's own field definitions
+    from sglang_argparser import build_parser  # SGLang's own parser (ServerArgs.add_cli_args), stubs installed
 
     parser, _ = build_parser(root)
-    # build_parser registered a minimal utils.common; the hook needs the real module
-    for name in ("sglang.srt.utils", "sglang.srt.utils.common"):
-        sys.modules.pop(name, None)
-    _bootstrap(root)
     hook = importlib.import_module("sglang.srt.arg_groups.cuda_graph_hook")
 
     def declare_resolution(ns, source, **fields):

@@ -13,23 +13,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lab import catalog
 from lab.analysis import stats
 from lab.measure.point import level_key
 
-from lab.analysis.load import LOAD_METRICS
-
-__all__ = ["HEADLINE_METRICS", "levels_table", "aggregate_point", "aggregate_levels", "telemetry_level", "headline",
+__all__ = ["headline_metrics", "levels_table", "aggregate_point", "aggregate_levels", "telemetry_level", "headline",
            "ground_truth"]
 
-# Per-run metrics aggregated over repeats (mean and 95 % CI) and shown as headlines.
-HEADLINE_METRICS: tuple[str, ...] = (
-    "decode_tok_s", "output_tok_s", "accept_length", "cycle_ms", "verify_ms", "draft_ms",
-    "decode_ms", "verify_graph_fraction", "p50_ttft_ms", "p50_itl_ms", "p50_icl_ms",
-    "p50_tpot_ms", "p99_itl_ms", "server_step_ms", "error_rate", "p50_dispatch_delay_ms",
-    "gpu_cycle_ms", "log_verify_graph_fraction", "crosscheck_disagreements",
-    "p99_dispatch_delay_ms",
-    *LOAD_METRICS,  # goodput under bench.slo, per-user tok/s, schedule lag (lab/analysis/load.py)
-)
+
+def headline_metrics() -> list[str]:
+    """The per-run metrics aggregated over repeats (mean and 95 % interval) into result.json's
+    ``levels`` and shown as headlines: those :mod:`lab.catalog` shows in ``result``."""
+    return [m.name for m in catalog.shown_in(catalog.RESULT)]
 
 
 def aggregate_point(runs: list[dict[str, Any]], level: int, point: str | None = None) -> dict[str, Any]:
@@ -47,7 +42,7 @@ def aggregate_point(runs: list[dict[str, Any]], level: int, point: str | None = 
     if rows and "context_tokens" in rows[0]:
         out.update(context_tokens=rows[0]["context_tokens"], max_new_tokens=rows[0]["max_new_tokens"])
     out["repeats"] = len(rows)
-    for key in HEADLINE_METRICS:
+    for key in headline_metrics():
         values = [r.get(key) for r in rows if r.get(key) is not None]
         if values:
             mean, lo, hi = stats.metric_ci(key, values)  # t-interval; exact Poisson for counts
@@ -104,8 +99,9 @@ def headline(levels: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """
     head: dict[str, Any] = {}
     first = True
+    names = headline_metrics()
     for key, agg in levels.items():
-        for m in HEADLINE_METRICS:
+        for m in names:
             if m in agg:
                 head[f"{key}.{m}"] = agg[m]["mean"]
                 if first:
@@ -117,14 +113,14 @@ def headline(levels: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def ground_truth(truth_path: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
     """What the emulator actually delivered, aggregated exactly like the client's figures.
 
-    Per (point, repeat): median ground-truth decode_tok_s over requests, accept length over
-    the repeat's requests, mean phase times (ms) over the repeat's window; then the mean over
-    repeats. Read from the emulator's side file (:mod:`lab.emulator.truth`) after the run; the
-    client never reads it.
+    Per (point, repeat): the ground-truth counterpart of every metric :mod:`lab.catalog` gives
+    one (:meth:`lab.emulator.truth.Truth.run_metrics` over the repeat's requests, phase means
+    over its window, first send to last end); then the mean over repeats. Read from the
+    emulator's side file (:mod:`lab.emulator.truth`) after the run; the client never reads it.
 
     :param truth_path: the emulator's ``ground_truth.jsonl``.
     :param records: the run's request records (``requests.jsonl`` rows).
-    :returns: ``{<point>: {"decode_tok_s", "accept_length", "<phase>_ms"...}, "fidelity": {...}}``.
+    :returns: ``{<point>: {"decode_tok_s", "accept_length", "verify_ms"...}, "fidelity": {...}}``.
     """
     import statistics
 
@@ -140,13 +136,8 @@ def ground_truth(truth_path: Path, records: list[dict[str, Any]]) -> dict[str, A
             recs = [r for r in mine if r["repeat"] == rep and r["ok"] and r["rid"] in truth.requests]
             if not recs:
                 continue
-            tok_s = [v for v in (truth.decode_tok_s(r["rid"]) for r in recs) if v is not None]
-            phases = truth.mean_phase_s(min(r["t_send"] for r in recs), max(r["t_end"] for r in recs))
-            per_repeat.append({
-                "decode_tok_s": statistics.median(tok_s) if tok_s else None,
-                "accept_length": truth.accept_length([r["rid"] for r in recs]),
-                **{k[:-2] + "_ms": (v * 1e3 if v is not None else None) for k, v in phases.items()},
-            })
+            per_repeat.append(truth.run_metrics([r["rid"] for r in recs], t0=min(r["t_send"] for r in recs),
+                                                t1=max(r["t_end"] for r in recs)))
         if per_repeat:
             out[point] = {
                 k: (statistics.fmean(vals) if (vals := [p[k] for p in per_repeat if p[k] is not None]) else None)
@@ -160,7 +151,8 @@ def levels_table(result: dict[str, Any]):
     """A pandas table of one mode's results: one column per point, one row per metric, each
     cell ``mean [lo, hi]`` (the 95 % interval; the mean alone with one repeat).
 
-    Emulator runs get ``truth_*`` rows: what the emulator actually delivered.
+    Emulator runs get ``truth_*`` rows: what the emulator actually delivered, for the
+    headline metrics with a ground-truth counterpart (:mod:`lab.catalog`).
 
     :param result: ``result.json`` content (:meth:`lab.measure.result.ModeResult.to_dict`); shown by ``bench.ipynb``.
     :returns: ``pandas.DataFrame`` indexed by metric name, one column per point key.
@@ -168,9 +160,10 @@ def levels_table(result: dict[str, Any]):
     import pandas as pd
 
     rows = []
+    names = headline_metrics()
     for key, agg in result.get("levels", {}).items():
         row: dict[str, Any] = {"point": key, "repeats": agg["repeats"]}
-        for m in HEADLINE_METRICS:
+        for m in names:
             if m in agg:
                 v = agg[m]
                 row[m] = (f"{v['mean']:.2f} [{v['ci95_lo']:.2f}, {v['ci95_hi']:.2f}]"
@@ -178,7 +171,7 @@ def levels_table(result: dict[str, Any]):
         row["token_accounting_ok"] = agg.get("token_accounting_ok")
         row["degenerate_output"] = agg.get("degenerate_output")
         truth = result.get("ground_truth", {}).get(key, {})
-        for m in ("decode_tok_s", "accept_length", "verify_ms"):
+        for m in names:
             if truth.get(m) is not None:
                 row[f"truth_{m}"] = round(truth[m], 2)
         rows.append(row)

@@ -1,33 +1,8 @@
-"""Load and SLOs: goodput per run, goodput speedups, the Pareto frontier, "beats up to N req/s".
+"""Load and SLOs across modes: goodput speedups, the Pareto frontier, "beats up to N req/s".
 
-Definitions (one place; the bench stage and the comparison both call these):
-
-- A request is **good** when it succeeded and meets every limit of ``bench.slo``: its
-  ``ttft_ms`` <= ``slo.ttft_ms`` and its ``tpot_ms`` <= ``slo.tpot_ms`` (per request, as
-  :func:`lab.measure.records.request_metrics` defines them; a 1-token request has TPOT 0).
-  This is vLLM's goodput rule (``vllm/benchmarks/serve.py`` ``calculate_metrics``:
-  ``is_good_req = all(s >= r ...)`` over the SLO'd per-request metrics, TPOT 0 when
-  ``output_len <= 1``), also AIPerf's ``goodput`` (requests meeting every ``--goodput``
-  constraint per second).
-- ``goodput_req_s`` = good requests / a duration; ``goodput_tok_s`` = output tokens of the
-  good requests / the same duration (the token form). At a closed-loop point the duration is
-  the run's measured window (vLLM: ``request_goodput = good_completed / dur_s``). At an
-  open-loop rate point it is the offered duration ``n / rate`` (so goodput = rate x SLO
-  attainment, the rate the system serves within the SLO at that offered load, as DistServe
-  (Zhong et al., OSDI 2024) reads goodput). Why not vLLM's measured duration there: with a
-  long run it is the arrival span, but with the few requests of a repeat the drain after the
-  last arrival dominates it, and a mode that drains faster "beats" the baseline while both
-  meet the SLO for every request (measured on the emulator with the default params: 1.20x
-  [1.18, 1.22] at r12, both at 100 % attainment).
-- ``slo_attainment`` = good / requests sent (errors count as not good);
-  ``request_throughput_req_s`` = ok requests / measured window.
-- ``output_tok_s_per_user``: mean over ok requests of completion_tokens / e2e seconds (the
-  tokens per second one user sees, TTFT included): the x axis of the Pareto figure, whose y
-  is the run's total ``output_tok_s`` (tokens/s per user against total tokens/s: the
-  throughput-interactivity trade-off inference teams plot for each configuration).
-- ``p99_schedule_lag_ms`` (rate points): p99 of ``t_send - t_scheduled``: how far behind
-  the arrival schedule requests left the client (a concurrency cap's queueing included;
-  the client's own share is ``dispatch_delay_ms``, flagged by :mod:`lab.measure.hygiene`).
+What goodput, SLO attainment and the other load metrics of one run are (and the SLO rule a
+request is judged by) is :mod:`lab.measure.goodput`, where the bench stage computes them; this
+module compares them across modes in the compare stage.
 
 Comparison: per rate point, goodput over repeats with a Student-t interval and the speedup
 ``goodput(mode) / goodput(baseline)`` **paired by repeat**: repeat k of every mode replays the
@@ -47,18 +22,13 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 
 from lab.analysis import stats
-from lab.measure.records import request_metrics
+from lab.analysis.estimates import Ratio
+from lab.catalog import speedup_key
 
-__all__ = ["LOAD_METRICS", "load_settings", "is_good", "run_load_metrics", "pareto_front", "goodput_speedup", "beats_up_to",
+__all__ = ["load_settings", "pareto_front", "goodput_speedup", "beats_up_to",
            "beats_sentence", "slo_text", "add_load"]
-
-#: Per-run metrics this module adds (aggregated over repeats like the other headline metrics).
-LOAD_METRICS = ("goodput_req_s", "goodput_tok_s", "slo_attainment", "request_throughput_req_s",
-                "output_tok_s_per_user", "p99_schedule_lag_ms")
-
 
 def load_settings(bench: Any) -> dict[str, Any]:
     """What ``result.json`` records of a mode's open-loop settings (``bench`` is
@@ -67,62 +37,6 @@ def load_settings(bench: Any) -> dict[str, Any]:
     stage judges goodput by this ``slo``."""
     return {"slo": bench.slo.model_dump(), "burstiness": bench.burstiness,
             "rate_max_concurrency": bench.rate_max_concurrency, "request_rates": list(bench.request_rates)}
-
-
-def is_good(ttft_ms: float | None, tpot_ms: float | None, slo: Any) -> bool:
-    """Whether one request meets every set limit of ``slo`` (``ttft_ms``, ``tpot_ms`` attributes or
-    keys, ms; None = no limit). A missing measurement under a set limit is not good.
-    ``tpot_ms`` None for a 1-token request counts as 0 (vLLM)."""
-    get = (lambda k: slo.get(k)) if isinstance(slo, Mapping) else (lambda k: getattr(slo, k))
-    lim_ttft, lim_tpot = get("ttft_ms"), get("tpot_ms")
-    if lim_ttft is not None and (ttft_ms is None or ttft_ms > lim_ttft):
-        return False
-    if lim_tpot is not None and (tpot_ms if tpot_ms is not None else 0.0) > lim_tpot:
-        return False
-    return True
-
-
-def run_load_metrics(records: Sequence[Mapping[str, Any]], wall_s: float, slo: Any,
-                     rate_req_s: float | None = None) -> dict[str, Any]:
-    """:data:`LOAD_METRICS` of one run (module docstring for the definitions).
-
-    :param records: client records of the run (:mod:`lab.measure.client`).
-    :param wall_s: the run's measured window, seconds (> 0; :func:`lab.measure.records.measured_window_s`).
-    :param slo: ``bench.slo`` (or a mapping with ``ttft_ms``/``tpot_ms``).
-    :param rate_req_s: the offered rate of an open-loop point (None: a closed-loop point);
-        goodput then divides by ``len(records) / rate_req_s`` instead of ``wall_s``.
-    :returns: ``{metric: value}``; ``p99_schedule_lag_ms`` None without ``t_scheduled``,
-        ``output_tok_s_per_user`` None without an ok request.
-    :raises ValueError: ``wall_s`` not positive.
-    """
-    if not wall_s or wall_s <= 0:
-        raise ValueError(f"wall_s={wall_s}: must be a positive duration in seconds")
-    if rate_req_s is not None and not rate_req_s > 0:
-        raise ValueError(f"rate_req_s={rate_req_s}: must be > 0 requests/s")
-    window = wall_s
-    good = good_tok = ok = 0
-    per_user: list[float] = []
-    for r in records:
-        m = request_metrics(r)
-        if not m["ok"]:
-            continue
-        ok += 1
-        n = m["completion_tokens"] or 0
-        if m["e2e_ms"]:
-            per_user.append(n / (m["e2e_ms"] / 1e3))
-        tpot = m["tpot_ms"] if n > 1 else 0.0
-        if m["ttft_ms"] is not None and is_good(m["ttft_ms"], tpot, slo):
-            good += 1
-            good_tok += n
-    if rate_req_s is not None and records:
-        wall_s = len(records) / rate_req_s  # the offered duration (module docstring)
-    lags = [(r["t_send"] - r["t_scheduled"]) * 1e3 for r in records
-            if r.get("t_scheduled") is not None and r.get("t_send") is not None]
-    return {"goodput_req_s": good / wall_s, "goodput_tok_s": good_tok / wall_s,
-            "slo_attainment": good / len(records) if records else None,
-            "request_throughput_req_s": ok / window,
-            "output_tok_s_per_user": float(np.mean(per_user)) if per_user else None,
-            "p99_schedule_lag_ms": float(np.percentile(lags, 99)) if lags else None}
 
 
 def pareto_front(x: Sequence[float], y: Sequence[float]) -> list[bool]:
@@ -265,21 +179,21 @@ def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, Any], slo:
 
 def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[str, Any]],
              baseline: str | None) -> tuple[dict[str, float], list[dict[str, Any]] | None]:
-    """The comparison stage's load section: goodput with intervals and speedups per point, the
-    Pareto points and frontier, and one sentence per speculative mode.
+    """The comparison stage's load section: goodput speedups per point, the Pareto points and
+    frontier, and one sentence per speculative mode (the goodput means and intervals are the
+    comparison's, :func:`lab.analysis.comparison.summarize`, as :mod:`lab.catalog` declares them).
 
-    Adds to every ``summary["modes"][mode][point]`` entry ``goodput_req_s``, ``goodput_tok_s``,
-    ``slo_attainment``, ``output_tok_s_per_user`` (``{"mean", "ci95_lo", "ci95_hi"}``) and, off
-    the baseline, ``speedup_goodput_req_s`` (:func:`goodput_speedup`); the same numbers to the
-    matching ``summary["rows"]``; and ``summary["load"] = {"slo", "burstiness", "rates",
+    Adds to every non-baseline ``summary["modes"][mode][point]`` entry
+    ``speedup_goodput_req_s`` (:func:`goodput_speedup`) and ``request_rate`` at rate points; the
+    same numbers to the matching ``summary["rows"]``; and ``summary["load"] = {"slo", "burstiness", "rates",
     "sentences": {mode: text}, "beats": {mode: beats_up_to(...)}}``. Writes nothing: the
     compare stage (:mod:`lab.pipeline.compare`) writes the Pareto rows to ``reports/pareto.csv``
     and draws them (:func:`lab.report.load_figures.pareto_figures`).
 
-    :param runs: :func:`lab.analysis.compare.runs_frame` (one row per mode x point x repeat).
+    :param runs: :func:`lab.analysis.comparison.runs_frame` (one row per mode x point x repeat).
     :param results: ``mode -> result.json`` (each holds ``load.slo`` written by the bench stage).
-    :returns: ``(flat, pareto)``: flat MLflow/DVC metrics ``<mode>.<point>.goodput_req_s`` ...
-        and ``<mode>.beats_up_to_req_s`` (0 when it beats at no rate); the Pareto rows (one dict
+    :returns: ``(flat, pareto)``: the flat MLflow/DVC metrics ``<mode>.beats_up_to_req_s`` (0 when
+        it beats at no rate); the Pareto rows (one dict
         per mode x point: ``mode, point, kind`` (``concurrency``/``rate``),
         ``output_tok_s_per_user``, ``output_tok_s`` (tok/s, means over repeats), ``on_frontier``
         within its mode), None when the results predate open-loop load (``summary["load"]`` None).
@@ -297,12 +211,6 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
         for key, entry in points.items():
             sub = runs[(runs["mode"] == mode) & (runs["point"] == key)]
             row = rows_by.get((mode, key), {})
-            for m in ("goodput_req_s", "goodput_tok_s", "slo_attainment", "output_tok_s_per_user"):
-                if m in sub and sub[m].notna().any():
-                    mean, lo, hi = stats.metric_ci(m, sub[m].dropna().tolist())
-                    entry[m] = {"mean": mean, "ci95_lo": lo, "ci95_hi": hi}
-                    row.update({f"{m}_mean": mean, f"{m}_ci95_lo": lo, f"{m}_ci95_hi": hi})
-                    flat[f"{mode}.{key}.{m}"] = mean
             rate = sub["request_rate"].dropna().iloc[0] if "request_rate" in sub and sub["request_rate"].notna().any() else None
             if rate is not None:
                 entry["request_rate"] = row["request_rate"] = float(rate)
@@ -313,11 +221,9 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
                     same = base["repeat"].tolist() == mine["repeat"].tolist()  # same seeded arrivals per repeat
                     s = goodput_speedup(base["goodput_req_s"].tolist(), mine["goodput_req_s"].tolist(),
                                         paired=same)
-                    entry["speedup_goodput_req_s"] = s
-                    row.update({"speedup_goodput_req_s": s["ratio"], "speedup_goodput_req_s_ci95_lo": s["ci95_lo"],
-                                "speedup_goodput_req_s_ci95_hi": s["ci95_hi"], "verdict_goodput_req_s": s["verdict"]})
-                    if s["ratio"] is not None and math.isfinite(s["ratio"]):
-                        flat[f"{mode}.{key}.speedup_goodput_req_s"] = s["ratio"]
+                    k = speedup_key("goodput_req_s", "per_repeat")
+                    entry[k] = s
+                    row.update(Ratio.from_dict(s).columns(k))
                     if rate is not None:
                         verdicts.setdefault(mode, {})[float(rate)] = s
             x, y = entry.get("output_tok_s_per_user", {}).get("mean"), entry.get("output_tok_s", {}).get("mean")

@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.analysis import stats
+from lab.analysis.estimates import Ratio
+from lab.catalog import speedup_key
 from lab.measure.records import request_metrics
 
 __all__ = ["load_request_speeds", "paired_speedup", "add_paired", "request_slot", "PAIRED_METRIC", "METHOD"]
@@ -135,7 +137,7 @@ def add_paired(summary: dict[str, Any], results_dir: str | Path, baseline: str |
     base = load_request_speeds(results_dir / baseline / "requests.jsonl")
     if not base:
         return
-    name = f"paired_speedup_{PAIRED_METRIC}"
+    name = speedup_key(PAIRED_METRIC, "per_prompt")
     for mode, levels in summary["modes"].items():
         if mode == baseline:
             continue
@@ -147,5 +149,4 @@ def add_paired(summary: dict[str, Any], results_dir: str | Path, baseline: str |
             entry[name] = p
             for row in summary["rows"]:
                 if row.get("mode") == mode and row.get("point") == point:
-                    row.update({name: p["ratio"], f"{name}_ci95_lo": p["ci95_lo"], f"{name}_ci95_hi": p["ci95_hi"],
-                                f"paired_verdict_{PAIRED_METRIC}": p["verdict"], "paired_n_prompts": p["n_prompts"]})
+                    row.update({**Ratio.from_dict(p).columns(name), "paired_n_prompts": p["n_prompts"]})

@@ -13,9 +13,9 @@ explicit and conditional:
    (the emulator's cost profile, the dataset, a file in the server's args or environment:
    :func:`lab.inputs.param_files`), and the whole workload: dataset path **and content
    hash**, prompts per run, output length(s) and their spread, context length(s),
-   concurrency levels, the open-loop request rates, burstiness and in-flight cap, repeats,
-   warm-up settings, temperature and seed (:data:`WORKLOAD_KEYS`). The hash is the MLflow
-   tag ``config_hash``.
+   concurrency levels, the open-loop rates, burstiness, in-flight cap and SLO, repeats, warm-up
+   settings, temperature and seed: every ``bench`` key but :data:`NOT_WORKLOAD`, so a new key
+   is hashed unless it is listed there. The hash is the MLflow tag ``config_hash``.
 2. The statistic compared is **launch-level**: one value per launch and (point, metric), the
    launch's mean over its repeats (the headline metric ``<point>.<metric>`` that every mode
    run logs). Repeats inside one launch share the launch's conditions (server process,
@@ -48,21 +48,20 @@ from typing import Any
 from scipy import stats as _st
 
 from lab.analysis.stats import finite
+from lab.catalog import sentinel_metrics
+from lab.engine.registry import ENGINES
 
-__all__ = ["SENTINEL_METRICS", "WORKLOAD_KEYS", "gpu_model", "config_fingerprint", "file_sha256",
+__all__ = ["NOT_WORKLOAD", "gpu_model", "config_fingerprint", "file_sha256",
            "launch_delta", "compare", "current_launch", "history_launches", "log_to_run", "check",
-           "sentinel_table", "MIN_HISTORY", "decide", "launch_setup"]
+           "sentinel_table", "MIN_HISTORY", "decide"]
 
-#: Headline metrics watched by the sentinel: name -> higher is better.
-SENTINEL_METRICS: dict[str, bool] = {
-    "decode_tok_s": True, "output_tok_s": True, "accept_length": True, "cycle_ms": False, "p50_ttft_ms": False,
-}
-#: ``bench`` params that change what a launch measures (everything but thresholds of checks
-#: and of the sentinel itself, timeouts and the path, which is hashed by content too).
-WORKLOAD_KEYS = ("dataset", "num_prompts", "max_new_tokens", "output_tokens", "output_tokens_spread",
-                 "context_tokens", "concurrency", "repeats", "warmup_requests", "warmup_cv_threshold",
-                 "warmup_window", "warmup_max_requests", "temperature", "seed",
-                 "request_rates", "burstiness", "rate_max_concurrency")  # open-loop points: arrivals, cap
+#: ``bench`` params that do not change what a launch measures: the thresholds of the hygiene
+#: checks and of the sentinel itself, the request timeout, and the profiler trace taken after
+#: the measured points. Every other ``bench`` key is part of the workload hash. (The metrics
+#: watched are those :mod:`lab.catalog` marks ``sentinel``, :func:`lab.catalog.sentinel_metrics`.)
+NOT_WORKLOAD = frozenset({"ngram_n", "ngram_repeat_threshold", "degenerate_max_fraction", "sentinel_history_runs",
+                          "sentinel_alpha", "sentinel_min_effect", "request_timeout_s", "trace",
+                          "trace_requests", "trace_max_new_tokens"})
 #: Earlier launches needed before a change can be flagged (a spread needs two values).
 MIN_HISTORY = 2
 
@@ -101,23 +100,24 @@ def config_fingerprint(result: Mapping[str, Any], workload: Mapping[str, Any], *
     """The configuration hash of a launch and what went into it.
 
     :param result: ``result.json`` content (``engine``, ``engine_version``, ``effective_config``).
-    :param workload: the ``bench`` params (:data:`WORKLOAD_KEYS` are used, others ignored),
-        plus ``dataset_sha256`` when known.
+    :param workload: the ``bench`` params (all but :data:`NOT_WORKLOAD` are hashed), plus
+        ``dataset_sha256`` when known.
     :param gpu: hardware name; None: :func:`gpu_model` for SGLang, ``"none (emulator)"`` for
         the emulator.
     :param setup: the rest of what shapes the launch (the mode's flags, model, server
-        environment and extra args, the emulator profile's name); see :func:`check`.
+        environment and extra args, the emulator profile's name):
+        :func:`lab.pipeline.bench.launch_setup`.
     :returns: ``(sha256 hex prefix of 16 chars, material dict)``.
     """
     engine = result.get("engine", "unknown")
     if gpu is None:
-        gpu = "none (emulator)" if engine == "emulator" else gpu_model()
+        gpu = "none (emulator)" if getattr(ENGINES.get(engine), "modelled", False) else gpu_model()
     material = {
         "engine": engine,
         "engine_version": str(result.get("engine_version", "unknown")),
         "gpu_model": gpu,
         "effective_config": dict(sorted((result.get("effective_config") or {}).items())),
-        "workload": {k: workload.get(k) for k in (*WORKLOAD_KEYS, "dataset_sha256")},
+        "workload": {k: workload[k] for k in sorted(workload) if k not in NOT_WORKLOAD},
         "setup": dict(setup or {}),
     }
     blob = json.dumps(material, sort_keys=True, default=str).encode()
@@ -181,6 +181,7 @@ def compare(current: Mapping[str, Mapping[str, float]], history: Mapping[str, Ma
     :returns: ``{"c1": {"decode_tok_s": {...launch_delta..., "direction": "better"|"worse"|None}}}``.
     """
     out: dict[str, Any] = {}
+    watched = sentinel_metrics()
     for level, metrics in current.items():
         for m, val in metrics.items():
             hist = (history.get(level) or {}).get(m)
@@ -190,17 +191,17 @@ def compare(current: Mapping[str, Mapping[str, float]], history: Mapping[str, Ma
             d["direction"] = None
             if d["outside_noise"]:
                 up = d["delta"] > 0
-                d["direction"] = "better" if up == SENTINEL_METRICS.get(m, True) else "worse"
+                d["direction"] = "better" if up == watched.get(m, True) else "worse"
             out.setdefault(level, {})[m] = d
     return out
 
 
 def current_launch(result: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    """Per point, this launch's mean over repeats of each :data:`SENTINEL_METRICS` metric
+    """Per point, this launch's mean over repeats of each metric the sentinel watches
     (``result["levels"][point][metric]["mean"]``, logged to MLflow as ``<point>.<metric>``)."""
     out: dict[str, dict[str, float]] = {}
     for level, agg in (result.get("levels") or {}).items():
-        for m in SENTINEL_METRICS:
+        for m in sentinel_metrics():
             v = agg.get(m)
             if isinstance(v, Mapping) and v.get("mean") is not None:
                 out.setdefault(level, {})[m] = float(v["mean"])
@@ -224,7 +225,7 @@ def history_launches(client, experiment_id: str, config_hash: str, *, exclude_ru
     out: dict[str, dict[str, list[float]]] = {}
     for run in chosen:
         for point in points:
-            for m in SENTINEL_METRICS:
+            for m in sentinel_metrics():
                 v = run.data.metrics.get(f"{point}.{m}")
                 if v is not None:
                     out.setdefault(point, {}).setdefault(m, []).append(float(v))
@@ -247,56 +248,32 @@ def log_to_run(run, result: Mapping[str, Any]) -> None:
     run.log_metrics(flags)
 
 
-def launch_setup(params, mode_name: str | None) -> dict[str, Any]:
-    """What besides the server's resolved arguments and the workload shapes a launch: the
-    mode's flags, the model, the server's environment and extra args (credentials
-    redacted), for the emulator the cost profile's name and its fault list, and the path and
-    SHA-256 of every file a param points at (``param_files``: :func:`lab.inputs.file_digests`)."""
-    from lab.redact import redact_argv, redact_env
-
-    setup: dict[str, Any] = {
-        "mode": params.mode(mode_name).model_dump() if mode_name and mode_name in params.modes else None,
-        "model": params.model.model_dump(),
-        "server_env": redact_env(dict(params.server.env or {})),
-        "server_extra_args": redact_argv(list(params.server.extra_args or [])),
-        "server_limits": {k: getattr(params.server, k, None) for k in
-                          ("mem_fraction_static", "max_running_requests", "cuda_graph_max_bs_decode", "context_length")},
-    }
-    if params.engine == "emulator":
-        setup["emulator_profile"] = params.emulator.profile
-        setup["emulator_faults"] = list(params.emulator.faults or [])
-    from lab.config import repo_root
-    from lab.inputs import file_digests, param_files
-
-    root = repo_root()
-    setup["param_files"] = file_digests(param_files(params, root), root)  # the profile's content, ...
-    return setup
-
-
-def check(params, result: Mapping[str, Any], *, run_id: str | None, tracker, log=print) -> dict[str, Any]:
+def check(result: Mapping[str, Any], *, bench: Any, setup: Mapping[str, Any], run_id: str | None,
+          root: Path, tracker, log=print) -> dict[str, Any]:
     """The sentinel of one finished launch: hash, earlier launches from MLflow, comparison.
 
     Never raises: an MLflow failure is recorded as ``status: "error"`` with its message.
 
-    :param params: :class:`lab.config.LabParams` (``bench`` thresholds).
     :param result: ``result.json`` content with ``levels`` (and ``mode``).
+    :param bench: the ``bench`` section (:class:`lab.config.BenchParams`: the workload hashed,
+        the sentinel's thresholds).
+    :param setup: the rest of what shapes the launch (:func:`lab.pipeline.bench.launch_setup`).
     :param run_id: this run's MLflow id (excluded from the history).
+    :param root: the repository root a relative ``bench.dataset`` is read from.
     :param tracker: the stage's :class:`lab.tracking.tracker.Tracker` (its client reads the history).
     :returns: ``{"config_hash", "material", "status": "no history"|"too little history"|"ok"|
         "regression"|"improvement"|"error", "history_run_ids", "comparison", "flagged": [...],
         "alpha", "min_effect"}``.
     """
-    from lab.config import repo_root
-
-    b = params.bench
-    data = Path(b.dataset)
     from lab.config import is_hf_id
 
+    b = bench
+    data = Path(b.dataset)
     # A Hugging Face set has no file here: the hash of the prompts it loaded (result["dataset"]).
     sha = ((result.get("dataset") or {}).get("prompts_sha256") if is_hf_id(b.dataset)
-           else file_sha256(data if data.is_absolute() else repo_root() / data))
+           else file_sha256(data if data.is_absolute() else root / data))
     workload = {**b.model_dump(), "dataset_sha256": sha}
-    h, material = config_fingerprint(result, workload, setup=launch_setup(params, result.get("mode")))
+    h, material = config_fingerprint(result, workload, setup=setup)
     out: dict[str, Any] = {"config_hash": h, "material": material, "alpha": b.sentinel_alpha,
                            "min_effect": b.sentinel_min_effect, "history_run_ids": [], "comparison": {},
                            "flagged": [], "status": "no history"}

@@ -17,8 +17,9 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["finite", "mean_ci", "ratio_ci", "log_ratio_ci", "count_ci", "metric_ci", "verdict", "format_speedup",
-           "COUNT_METRICS", "FRACTION_METRICS"]
+from lab.catalog import interval_kind
+
+__all__ = ["finite", "mean_ci", "ratio_ci", "log_ratio_ci", "count_ci", "metric_ci", "verdict", "format_speedup"]
 
 Verdict = Literal["faster", "slower", "not distinguishable"]
 
@@ -69,7 +70,7 @@ def ratio_ci(
     ``df = se^4 / (v_other^2 / (n_other - 1) + v_base^2 / (n_base - 1))`` (Welch 1947,
     *Biometrika* 34:28-35). Unlike a percentile bootstrap over 3 repeats, which covers
     the true ratio ~79 % of the time, this interval covers at its nominal level at n = 3
-    on normal and log-normal data (``tests/test_stats.py`` simulates it).
+    on normal and log-normal data (``tests/unit/test_stats.py`` simulates it).
 
     :param base: reference sample, e.g. baseline ``output_tok_s`` per repeat (> 0).
     :param other: compared sample (> 0).
@@ -142,29 +143,25 @@ def count_ci(counts: Iterable[float | None], confidence: float = 0.95) -> tuple[
     return (k / n, lo, hi)
 
 
-#: Metrics that are event counts per repeat: :func:`count_ci`, not a t-interval.
-COUNT_METRICS = frozenset({"crosscheck_disagreements"})
-#: Metrics bounded to [0, 1]: the t-interval is intersected with [0, 1].
-FRACTION_METRICS = frozenset({"error_rate", "verify_graph_fraction", "log_verify_graph_fraction"})
-
-
 def metric_ci(name: str, values: Iterable[float | None], confidence: float = 0.95) -> tuple[float, float, float]:
     """The interval the lab reports for metric ``name`` over repeats.
 
-    Counts (:data:`COUNT_METRICS`) get :func:`count_ci`; everything else the Student-t
-    interval of :func:`mean_ci`, intersected with [0, 1] for fractions
-    (:data:`FRACTION_METRICS`) and with [0, inf) for the other metrics (times, rates and
-    lengths are never negative). Intersecting an interval with the set the true value must
+    The kind of interval is the metric's declaration in :mod:`lab.catalog`
+    (:func:`lab.catalog.interval_kind`): counts get :func:`count_ci`; everything else the
+    Student-t interval of :func:`mean_ci`, intersected with [0, 1] for fractions and with
+    [0, inf) for the other metrics (times, rates and lengths are never negative); a name the
+    catalog does not declare is treated as a plain mean. Intersecting an interval with the set the true value must
     lie in never lowers its coverage.
 
     :returns: ``(mean, lo, hi)`` as :func:`mean_ci`.
     """
-    if name in COUNT_METRICS:
+    kind = interval_kind(name)
+    if kind == "count":
         return count_ci(values, confidence)
     m, lo, hi = mean_ci(values, confidence)
     if math.isfinite(lo):
         lo = max(lo, 0.0)
-    if name in FRACTION_METRICS and math.isfinite(hi):
+    if kind == "fraction" and math.isfinite(hi):
         hi = min(hi, 1.0)
     return (m, lo, hi)
 

@@ -7,7 +7,7 @@ prompt's category by index in ``result.json`` ``dataset.categories``, and each r
 ``prompt_index`` in ``requests.jsonl``. Per mode, primary point (``c1``, ``c8``...) and category:
 
 - **Accept length**: per request ``completion_tokens / spec_verify_ct`` (the definition of
-  :func:`lab.analysis.compare.requests_frame` and of the emulator's ground truth); per prompt,
+  :func:`lab.analysis.comparison.requests_frame` and of the emulator's ground truth); per prompt,
   the ratio of sums over its requests (its repeats); then the mean over the category's
   prompts with a Student-t 95 % interval across prompts (:func:`lab.analysis.stats.mean_ci`),
   its lower bound raised to 1 (an accept length is never below 1; intersecting with the
@@ -93,7 +93,7 @@ def category_rows(requests: Any, speeds: Mapping[str, list[dict[str, Any]]], cat
                   modes: Sequence[str], baseline: str | None, confidence: float = 0.95) -> list[dict[str, Any]]:
     """One row per (mode, primary point, category) with data.
 
-    :param requests: :func:`lab.analysis.compare.requests_frame` (columns mode, point,
+    :param requests: :func:`lab.analysis.comparison.requests_frame` (columns mode, point,
         prompt_index, completion_tokens, spec_verify_ct; ok requests at primary points).
     :param speeds: ``mode -> lab.analysis.paired.load_request_speeds(...)`` rows.
     :param categories: the category of each prompt index.
@@ -148,8 +148,8 @@ def add_taskmix(summary: dict[str, Any], results: Mapping[str, Mapping[str, Any]
     (:func:`category_rows`) and return it; None (and nothing added) when the results carry no
     categories or the dataset has a single category (nothing to compare).
 
-    :param results: ``mode -> result.json`` (:func:`lab.analysis.compare.load_results`).
-    :param results_dir: where ``<mode>/requests.jsonl`` are. :param requests: :func:`lab.analysis.compare.requests_frame`.
+    :param results: ``mode -> result.json`` (:func:`lab.analysis.comparison.load_results`).
+    :param results_dir: where ``<mode>/requests.jsonl`` are. :param requests: :func:`lab.analysis.comparison.requests_frame`.
     :raises CategoryError: as :func:`dataset_categories`.
     """
     categories = dataset_categories(results)

@@ -105,7 +105,7 @@ def _mean(entry: dict[str, Any], metric: str) -> float | None:
 
 
 def costs_from_summary(summary: dict[str, Any], max_accept: dict[str, float | None] | None = None) -> list[ModeCosts]:
-    """Measured :class:`ModeCosts` per speculative mode and level from :func:`lab.analysis.compare.summarize`.
+    """Measured :class:`ModeCosts` per speculative mode and level from :func:`lab.analysis.comparison.summarize`.
 
     ``decode_ms`` is the baseline's server-side decode step at the same level (the client
     cycle time when the server did not report it). Modes without verify/draft timings or

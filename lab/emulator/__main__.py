@@ -18,13 +18,13 @@ import time
 from aiohttp import web
 
 from lab.emulator.args import parse_args
-from lab.emulator.engine import Engine
+from lab.emulator.engine import Engine, draft_extend_graph_disabled
 from lab.emulator.faults import FaultError, Faults, parse_faults
 from lab.emulator.http import SGLANG_VERSION, AppState, build_app, dispatch_events, reported_version
 from lab.emulator.metrics import EmulatorMetrics
 from lab.emulator.profile import ProfileError, load_profile
 from lab.emulator.proctree import CHILD_NAMES, spawn_children
-from lab.emulator.sglog import log_startup, setup_logging
+from lab.emulator.sglog import log_startup, main_logger, setup_logging
 from lab.emulator.truth import TruthWriter
 from lab.redact import redact_argv
 
@@ -78,7 +78,7 @@ async def _serve(args, profile, profile_path, truth: TruthWriter, metrics: Emula
         raise SystemExit(1) from None
     if sim and sim > 0:
         log.info(f"SGLANG_SIMULATE_ACC_LEN={sim}: accept length pinned")
-    log.info("The server is fired up and ready to roll!")
+    main_logger().info("The server is fired up and ready to roll!")
     await stop.wait()
     log.info("Received stop signal; shutting down emulator.")
     engine.stop(timeout=0.5)
@@ -100,7 +100,7 @@ async def _serve(args, profile, profile_path, truth: TruthWriter, metrics: Emula
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args, unknown = parse_args(argv)
-    log = setup_logging()
+    log = setup_logging(args.tp_size)
     if unknown:
         log.warning(f"emulator: ignoring unknown flags: {' '.join(redact_argv(unknown))}")
     try:
@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     metrics = EmulatorMetrics(args.served_model_name, _env_bool("SGLANG_ENABLE_METRICS_DEVICE_TIMER"), args.tp_size)
     log_startup(log, args.emulator_startup_delay_s, speculative=args.is_speculative, graph_bs=args.decode_graph_bs,
                 disable_cuda_graph=not args.decode_graph_bs, backend=args.cuda_graph_config["decode"]["backend"],
-                num_tokens_per_req=args.speculative_num_draft_tokens or 1,
+                num_tokens_per_req=args.speculative_num_draft_tokens or 1, topk=args.speculative_eagle_topk or 1,
+                draft_extend_graph=not draft_extend_graph_disabled(),
                 verify_graph=not args.is_speculative or profile.verify_graph_captured(args.speculative_attention_mode))
     faults.on_loaded(log)
     try:

@@ -23,11 +23,13 @@ import dataclasses
 from typing import Any
 
 __all__ = ["ServerArgs", "parse_args", "build_parser", "SPEC_MAX_RUNNING_CAP", "DEFAULT_ATTENTION_BACKEND",
+           "DEFAULT_CONTEXT_LENGTH",
            "decode_graph_batch_sizes"]
 
 SPEC_MAX_RUNNING_CAP = 48  # source: DESIGN.md "SGLang 0.5.23 facts": speculative servers cap at 48
 NO_SPEC_MAX_RUNNING = 4096  # emulator stand-in for "bounded by KV pool only"
 DEFAULT_ATTENTION_BACKEND = "fa3"  # source: DESIGN.md: Kimi-K2.5 (MLA) on H200 uses fa3
+DEFAULT_CONTEXT_LENGTH = 262144  # Kimi-K2.5's max_position_embeddings: the served length without --context-length
 
 
 
@@ -36,7 +38,7 @@ def decode_graph_batch_sizes(max_bs: int, speculative: bool) -> list[int]:
     """SGLang 0.5.23's decode CUDA-graph batch sizes for ``max_bs`` (no padding flag).
 
     Copied from ``arg_groups/cuda_graph_hook.py`` ~500-533
-    (``generate_decode_cuda_graph_batch_sizes``); ``tests/test_sglang_contract.py`` runs
+    (``generate_decode_cuda_graph_batch_sizes``); ``tests/component/test_sglang_contract.py`` runs
     SGLang's own function and compares. Speculative, max 48: 1..8, 10..32 step 2, 40, 44, 48.
     """
     if not speculative:
@@ -68,14 +70,14 @@ class ServerArgs:
     cuda_graph_config: dict[str, dict[str, Any]]  # resolved: {"decode": {backend, max_bs, bs}, "prefill": {...}}
     enable_metrics: bool
     decode_log_interval: int
-    context_length: int
+    context_length: int | None  # raw input; null unless set (the model's length is resolved outside ServerArgs)
     speculative_algorithm: str | None
     speculative_draft_model_path: str | None
     speculative_num_steps: int | None
     speculative_eagle_topk: int | None
     speculative_num_draft_tokens: int | None
     speculative_attention_mode: str
-    speculative_draft_attention_backend: str | None
+    speculative_draft_attention_backend: str | None  # raw input: EAGLE3 leaves it unresolved (0.5.23 and 0.5.16)
     attention_backend: str
     prefill_attention_backend: str | None  # null unless set (0.5.23 resolves attention_backend only)
     decode_attention_backend: str | None
@@ -216,14 +218,17 @@ def parse_args(argv: list[str]) -> tuple[ServerArgs, list[str]]:
         cuda_graph_config=_cuda_graph_config(ns, bool(spec), mrr),
         enable_metrics=ns.enable_metrics,
         decode_log_interval=max(1, ns.decode_log_interval),
-        context_length=ns.context_length or 262144,
+        context_length=ns.context_length,
         speculative_algorithm=spec,
         speculative_draft_model_path=ns.speculative_draft_model_path if spec else None,
         speculative_num_steps=steps,
         speculative_eagle_topk=topk,
         speculative_num_draft_tokens=ndraft,
         speculative_attention_mode=ns.speculative_attention_mode,
-        speculative_draft_attention_backend=(ns.speculative_draft_attention_backend or DEFAULT_ATTENTION_BACKEND) if spec else None,
+        # raw input, as in SGLang's /server_info: 0.5.23 resolves it for DFLASH/DSPARK/SM100-NVFP4 only
+        # (arg_groups/speculative_hook.py ~886-986, kimi_k3_hook.py ~40-50, kv_cache_hook.py ~205-223);
+        # a real 0.5.16 EAGLE-3 server reports null (tests/fixtures/sglang-0.5.16/tiny/eagle3_*/server_info.*.json)
+        speculative_draft_attention_backend=ns.speculative_draft_attention_backend if spec else None,
         attention_backend=attn,
         prefill_attention_backend=ns.prefill_attention_backend,
         decode_attention_backend=ns.decode_attention_backend,

@@ -36,7 +36,7 @@ from lab.emulator.request import VOCAB, Request
 from lab.emulator.sglog import decode_batch_line, prefill_batch_line
 from lab.emulator.truth import TruthWriter
 
-__all__ = ["Engine", "Request", "wait_until", "VOCAB"]
+__all__ = ["Engine", "Request", "wait_until", "VOCAB", "draft_extend_graph_disabled"]
 
 ENGINE_NICE = -10  # engine thread priority (best effort), for timing on a shared machine
 SPIN_S = 0.0002  # sleep until this close to a deadline, then spin (Linux sleep overshoot ~60 us)
@@ -57,6 +57,12 @@ def _merge(phases: list[tuple[str, float]]) -> list[tuple[str, float]]:
     for cat, sec in phases:
         out[cat] = out.get(cat, 0.0) + sec
     return list(out.items())
+
+
+def draft_extend_graph_disabled() -> bool:
+    """SGLang's ``SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH``: draft-extend runs eagerly (booked as
+    "extend", and not captured at startup) even when CUDA graphs are on."""
+    return os.environ.get("SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH", "").lower() in ("1", "true", "yes")
 
 
 class Engine:
@@ -86,9 +92,7 @@ class Engine:
             self._accept_by_category = {c: model(n.value) for c, n in profile.acceptance.per_category.items()}
         self.record_step_time = record_step_time
         self.graph_bs = sorted(args.decode_graph_bs)  # a batch up to the largest replays a (padded) graph
-        # SGLang env: draft-extend runs eagerly (booked as "extend") even when graphs are on.
-        self.disable_draft_extend_graph = os.environ.get("SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH", "").lower() in (
-            "1", "true", "yes")
+        self.disable_draft_extend_graph = draft_extend_graph_disabled()
         self.step_time_dict: dict[int, list[float]] = collections.defaultdict(list)
         self._inbox: collections.deque[Request] = collections.deque()
         self._cond = threading.Condition()
@@ -111,7 +115,7 @@ class Engine:
         self._pending_record: tuple | None = None
         self._thread = threading.Thread(target=self._run, name="emulator-engine", daemon=True)
         self.error: BaseException | None = None
-        self.tracer = None  # lab.emulator.trace.EmulatorProfiler while /start_profile is served
+        self.tracer = None  # lab.emulator.modelled_trace.EmulatorProfiler while /start_profile is served
 
     # ----------------------------------------------------------------- control
     def start(self) -> None:
@@ -287,6 +291,7 @@ class Engine:
         tokens: dict[str, int] = {}
         finished: list[Request] = []
         gen = 0
+        running_before = len(self.running)  # a Prefill batch line's #running-req (requests already decoding)
         for r in batch:
             n = min(grants[r], r.max_new_tokens - r.completion_tokens)
             if kind == "spec":
@@ -325,13 +330,14 @@ class Engine:
         ntok = self._kv_tokens(self.running)
         queue = len(self.waiting) + len(self._inbox)
         self._pending_record = (kind, start, end, planned, len(batch), new, tokens, finished, actual, graph, gen,
-                                len(self.running), ntok, queue)
+                                len(self.running), ntok, queue, running_before)
         self._pending_events = events
 
     def _record(self, kind: str, start: float, end: float, planned: float, batch: int, new: list[Request],
                 tokens: dict[str, int], finished: list[Request], actual: dict[str, float], graph: bool, gen: int,
-                running: int, ntok: int, queue: int) -> None:
-        """Ground truth, metrics and log lines of one finished iteration."""
+                running: int, ntok: int, queue: int, running_before: int) -> None:
+        """Ground truth, metrics and log lines of one finished iteration (``running``: requests
+        running after it; ``running_before``: before it)."""
         a = self.args
         if kind == "spec":  # eager draft phases are booked as decode/extend, but are draft time
             draft_s = sum(actual.get(c, 0.0) for c in ("eagle_draft", "eagle_draft_extend", "decode", "extend"))
@@ -344,7 +350,7 @@ class Engine:
               "booked_s": {c: round(v, 9) for c, v in actual.items()}}
         self.iteration += 1
         self.truth.write(it)
-        if self.tracer is not None:  # /start_profile .. /stop_profile (lab/emulator/trace.py)
+        if self.tracer is not None:  # /start_profile .. /stop_profile (lab/emulator/modelled_trace.py)
             self.tracer.on_iteration(it, actual)
         for r in finished:
             if r.internal:
@@ -356,7 +362,7 @@ class Engine:
         self.metrics.set_queues(running, queue)
         usage = ntok / self.profile.kv_capacity_tokens.value
         if kind == "prefill":
-            self._log_prefill(new, end, usage, running, queue)
+            self._log_prefill(new, end, usage, running_before, queue)
         else:
             self._log_gen_tokens += gen
             self.forward_ct_decode += 1
@@ -364,10 +370,12 @@ class Engine:
                 self._log_decode(batch, graph, end, ntok, usage, queue)
 
     def _log_prefill(self, new: list[Request], now: float, usage: float, running: int, queue: int) -> None:
+        """SGLang ``report_prefill_stats``: ``running`` is the number of requests decoding before this
+        prefill (``#running-req`` counts the running batch, not the new sequences)."""
         gap = now - self._prefill_tic
         self._prefill_tic = now
         ntok = sum(r.prompt_tokens for r in new)
-        self.log.info(prefill_batch_line(new_seq=len(new), new_token=ntok, token_usage=usage, running=running - len(new),
+        self.log.info(prefill_batch_line(new_seq=len(new), new_token=ntok, token_usage=usage, running=running,
                                          queue=queue, cuda_graph=False, input_throughput=ntok / gap if gap > 0 else 0.0,
                                          occupancy=self._occupancy(now)))
 

@@ -3,7 +3,7 @@
 Endpoints: ``GET /ready`` (cheap), ``/health``, ``/health_generate`` (a one-token generation,
 >= 1 s, like SGLang), ``/v1/models``, ``/server_info`` (and deprecated
 ``/get_server_info``), ``/metrics``; ``GET|POST /start_profile``, ``/stop_profile``
-(a modelled trace, :mod:`lab.emulator.trace`); ``POST /generate`` (SGLang native, SSE when
+(a modelled trace, :mod:`lab.emulator.modelled_trace`); ``POST /generate`` (SGLang native, SSE when
 ``stream``), ``POST /v1/completions`` and ``/v1/chat/completions`` (OpenAI format; ``sglext.spec_tokens_details``
 when ``return_spec_tokens_details``). ``meta_info`` keys follow
 ``sglang/srt/managers/tokenizer_manager.py`` (``_calculate_spec_decoding_metrics``);
@@ -24,11 +24,11 @@ import re
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from aiohttp import web
 
-from lab.emulator.args import ServerArgs
+from lab.emulator.args import DEFAULT_CONTEXT_LENGTH, ServerArgs
 from lab.emulator.engine import Engine
 from lab.emulator.faults import Faults
 from lab.emulator.request import Request
@@ -198,10 +198,38 @@ async def _final_event(req: Request) -> dict[str, Any]:
     return last
 
 
-async def _event_stream(request: web.Request) -> web.StreamResponse:
-    """A prepared ``text/event-stream`` response (SSE) for a streaming request."""
+async def _stream(request: web.Request, st: AppState, req: Request, chunk: Callable[[dict], dict],
+                  after: Callable[[dict], list[dict]] | None = None) -> web.StreamResponse:
+    """The streaming skeleton of ``/generate``, ``/v1/completions`` and ``/v1/chat/completions``.
+
+    A prepared ``text/event-stream`` (SSE) response; per engine event one ``data:`` chunk
+    (``chunk(event)``), after the injected mid-stream stall (fault ``stall``); then the "sent"
+    ground truth (when the first and last content chunks were written to the socket,
+    :func:`_record_sent`), the chunks of ``after(last event)`` (OpenAI's usage) and
+    ``data: [DONE]``. A client that disconnects marks the request aborted, so the engine stops
+    generating for it (SGLang aborts a request whose connection closed).
+
+    :raises ConnectionResetError, asyncio.CancelledError: the client went away (re-raised).
+    """
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
+    stalled = [False]
+    first_sent = last_sent = None
+    last: dict = {}
+    try:
+        async for ev in _events(req):
+            await st.faults.maybe_stall(ev["ct"], req.max_new_tokens, stalled)
+            await resp.write(_sse(chunk(ev)))
+            last_sent = time.perf_counter()
+            first_sent = first_sent or last_sent
+            last = ev
+        _record_sent(st, req, first_sent, last_sent)
+        for extra in (after(last) if after else ()):
+            await resp.write(_sse(extra))
+        await resp.write(b"data: [DONE]\n\n")
+    except (ConnectionResetError, asyncio.CancelledError):
+        req.aborted = True
+        raise
     return resp
 
 
@@ -235,31 +263,48 @@ async def generate(request: web.Request) -> web.StreamResponse:
                   sampling=sp)
     if not stream:
         last = await _final_event(req)
+        # no "index": SGLang adds it to batched requests only (tokenizer_manager.py ~2224)
         return web.json_response({"text": " ".join(req.words[: last["ct"]]), "output_ids": req.ids[: last["ct"]],
-                                  "meta_info": _meta(st, req, last), "index": 0})
-    resp = await _event_stream(request)
-    stalled = [False]
+                                  "meta_info": _meta(st, req, last)})
     incremental, sent = st.args.incremental_streaming_output, 0
-    first_sent = last_sent = None
-    try:
-        async for ev in _events(req):
-            await st.faults.maybe_stall(ev["ct"], req.max_new_tokens, stalled)
-            # output_ids as tokenizer_manager.py ~2636-2668 (_handle_batch_output): the new ids
-            # with --incremental-streaming-output, else all ids so far
-            if incremental:  # --incremental-streaming-output: only the new words
-                text, ids_out = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]]), req.ids[sent: ev["ct"]]
-                sent = ev["ct"]
-            else:
-                text, ids_out = " ".join(req.words[: ev["ct"]]), req.ids[: ev["ct"]]
-            await resp.write(_sse({"text": text, "output_ids": ids_out, "meta_info": _meta(st, req, ev), "index": 0}))
-            last_sent = time.perf_counter()
-            first_sent = first_sent or last_sent
-        await resp.write(b"data: [DONE]\n\n")
-        _record_sent(st, req, first_sent, last_sent)
-    except (ConnectionResetError, asyncio.CancelledError):
-        req.aborted = True
-        raise
-    return resp
+
+    def chunk(ev: dict) -> dict:
+        nonlocal sent
+        # output_ids as tokenizer_manager.py ~2636-2668 (_handle_batch_output): the new ids
+        # with --incremental-streaming-output, else all ids so far
+        if incremental:  # --incremental-streaming-output: only the new words
+            text, ids_out = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]]), req.ids[sent: ev["ct"]]
+            sent = ev["ct"]
+        else:
+            text, ids_out = " ".join(req.words[: ev["ct"]]), req.ids[: ev["ct"]]
+        return {"text": text, "output_ids": ids_out, "meta_info": _meta(st, req, ev)}
+
+    return await _stream(request, st, req, chunk)
+
+
+async def _openai_stream(request: web.Request, st: AppState, req: Request, body: dict[str, Any], head: dict[str, Any],
+                         choice: Callable[[str, bool], dict], want_spec: bool) -> web.StreamResponse:
+    """The OpenAI endpoints' stream on :func:`_stream`: per event the envelope ``head`` (id,
+    object, created, model) with one ``choice(new text, finished)``, ``sglext`` on the last
+    chunk when ``return_spec_tokens_details`` asked for it, and a usage chunk when
+    ``stream_options.include_usage`` did (SGLang's ``CompletionStreamResponse`` and
+    ``ChatCompletionStreamResponse`` shapes, ``protocol.py``)."""
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    sent = 0
+
+    def chunk(ev: dict) -> dict:
+        nonlocal sent
+        text = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]])
+        sent = ev["ct"]
+        out: dict[str, Any] = {**head, "choices": [choice(text, ev["finished"])]}
+        if ev["finished"] and want_spec and (ext := _spec_details(_meta(st, req, ev))) is not None:
+            out["sglext"] = ext
+        return out
+
+    def after(last: dict) -> list[dict]:
+        return [{**head, "choices": [], "usage": _usage(req, sent)}] if include_usage else []
+
+    return await _stream(request, st, req, chunk, after)
 
 
 def _usage(req: Request, completion_tokens: int) -> dict[str, int]:
@@ -310,28 +355,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         if (ext := sglext(meta)) is not None:
             out["sglext"] = ext
         return web.json_response(out)
-    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    resp = await _event_stream(request)
-    sent = 0
-    first_sent = last_sent = None
-    async for ev in _events(req):
-        words = req.words[sent: ev["ct"]]
-        delta = (" " if sent else "") + " ".join(words)
-        sent = ev["ct"]
-        chunk: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": delta},
-                                              "finish_reason": "length" if ev["finished"] else None}]}
-        if ev["finished"] and (ext := sglext(_meta(st, req, ev))) is not None:
-            chunk["sglext"] = ext
-        await resp.write(_sse(chunk))
-        last_sent = time.perf_counter()
-        first_sent = first_sent or last_sent
-    _record_sent(st, req, first_sent, last_sent)
-    if include_usage:
-        await resp.write(_sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                               "choices": [], "usage": usage(sent)}))
-    await resp.write(b"data: [DONE]\n\n")
-    return resp
+    return await _openai_stream(
+        request, st, req, body, {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model},
+        lambda text, finished: {"index": 0, "delta": {"role": "assistant", "content": text},
+                                "finish_reason": "length" if finished else None}, want_spec)
 
 
 HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"  # sglang/srt/constants.py:12
@@ -377,7 +404,7 @@ async def v1_models(request: web.Request) -> web.Response:
     name = st.args.served_model_name
     return web.json_response({"object": "list", "data": [
         {"id": name, "object": "model", "created": int(st.startup_time), "owned_by": "sglang", "root": name,
-         "parent": None, "max_model_len": st.args.context_length}]})
+         "parent": None, "max_model_len": st.args.context_length or DEFAULT_CONTEXT_LENGTH}]})
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
@@ -421,24 +448,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
         if (ext := sglext(last)) is not None:
             out["sglext"] = ext
         return web.json_response(out)
-    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    resp = await _event_stream(request)
-    sent = 0
-    async for ev in _events(req):
-        text = (" " if sent else "") + " ".join(req.words[sent: ev["ct"]])
-        sent = ev["ct"]
-        chunk: dict[str, Any] = {"id": cid, "object": "text_completion", "created": created, "model": model,
-                                 "choices": [{"index": 0, "text": text, "logprobs": None,
-                                              "finish_reason": "length" if ev["finished"] else None,
-                                              "matched_stop": None}]}
-        if ev["finished"] and (ext := sglext(ev)) is not None:
-            chunk["sglext"] = ext
-        await resp.write(_sse(chunk))
-    if include_usage:
-        await resp.write(_sse({"id": cid, "object": "text_completion", "created": created, "model": model,
-                               "choices": [], "usage": usage(sent)}))
-    await resp.write(b"data: [DONE]\n\n")
-    return resp
+    return await _openai_stream(
+        request, st, req, body, {"id": cid, "object": "text_completion", "created": created, "model": model},
+        lambda text, finished: {"index": 0, "text": text, "logprobs": None,
+                                "finish_reason": "length" if finished else None, "matched_stop": None}, want_spec)
 
 
 def server_info_dict(st: AppState) -> dict[str, Any]:
@@ -486,7 +499,7 @@ def build_app(state: AppState) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/generate", generate)
     app.router.add_post("/v1/chat/completions", chat_completions)
-    from lab.emulator.trace import add_profile_routes
+    from lab.emulator.modelled_trace import add_profile_routes
 
     add_profile_routes(app, STATE_KEY)  # /start_profile, /stop_profile
     return app

@@ -1,20 +1,25 @@
 """Prometheus metrics with SGLang 0.5.23's names (``sglang/srt/observability/metrics_collector.py``).
 
-Own ``CollectorRegistry`` (no process/platform collectors). Labels like SGLang's
-``SchedulerMetricsCollector.init_new`` (``metrics_collector.py`` ~1383-1387: ``model_name``,
+Own ``CollectorRegistry`` (no process/platform collectors). Scheduler series carry the labels of
+SGLang's ``SchedulerMetricsCollector.init_new`` (``metrics_collector.py`` ~1383-1387: ``model_name``,
 ``engine_type``, ``tp_rank``, ``pp_rank``, ``moe_ep_rank``). Forward-pass counters
 (``cuda_graph_passes_total``, gated only by ``enable_metrics`` in
 ``batch_result_processor.py`` ~993) and device-timer seconds are exported once per TP rank,
-as every rank's scheduler does; request counters and queue gauges by rank 0 only (the
-stats-logging rank, ``metrics_collector.py`` ~1361-1367); ``prompt_tokens_total`` and
-``generation_tokens_total`` also carry ``is_streaming`` and are incremented when a request
-finishes (``observe_one_finished_request``). ``forward_execution_seconds_total`` is only
-fed when ``SGLANG_ENABLE_METRICS_DEVICE_TIMER=1``, like SGLang.
+as every rank's scheduler does, and a series exists only once its mode or category has run
+(prometheus-client creates a labelled child on first use: a real server that never ran an eager
+decode exports no ``mode="decode_none"``); queue gauges by rank 0 only (the stats-logging rank,
+``metrics_collector.py`` ~1361-1367). The request counters are the tokenizer's
+(``TokenizerMetricsCollector``, labels ``model_name`` and ``engine_type``:
+``tokenizer_metric_labels`` ~1804-1819); ``prompt_tokens_total`` and ``generation_tokens_total``
+also carry ``is_streaming`` and are incremented when a request finishes
+(``observe_one_finished_request``). ``forward_execution_seconds_total`` is only fed when
+``SGLANG_ENABLE_METRICS_DEVICE_TIMER=1``, like SGLang. SGLang serves ``/metrics`` through
+prometheus-client's multiprocess collector, which writes no ``_created`` samples (none in a real
+0.5.16 scrape, ``tests/fixtures/sglang-0.5.16/*/*/metrics.*.txt``); neither does this exposition.
 """
 
 from __future__ import annotations
 
-import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily
@@ -26,6 +31,14 @@ __all__ = ["EmulatorMetrics", "CONTENT_TYPE_LATEST", "FORWARD_CATEGORIES"]
 FORWARD_CATEGORIES = ("extend", "decode", "target_verify", "eagle_draft", "eagle_draft_extend")
 
 
+class _Counter(Counter):
+    """A prometheus-client ``Counter`` without the ``_created`` sample (SGLang's multiprocess
+    exposition has none), leaving prometheus-client's process-wide setting alone."""
+
+    def _child_samples(self):
+        return tuple(s for s in super()._child_samples() if s.name != "_created")
+
+
 class _PerRankForward(Collector):
     """``sglang:cuda_graph_passes_total`` and ``sglang:forward_execution_seconds_total``, one
     series per TP rank (every rank's scheduler exports its own, ``metrics_collector.py``
@@ -33,7 +46,6 @@ class _PerRankForward(Collector):
 
     def __init__(self, m: "EmulatorMetrics") -> None:
         self.m = m
-        self.created = time.time()
 
     def describe(self):
         return []
@@ -43,9 +55,11 @@ class _PerRankForward(Collector):
         passes = CounterMetricFamily("sglang:cuda_graph_passes", "Total number of forward passes categorized by CUDA graph.",
                                      labels=keys + ["mode"])
         for (dec, g), v in list(self.m._passes.items()):
+            if v <= 0:  # never ran: SGLang has no such series yet
+                continue
             mode = ("decode_" if dec else "prefill_") + ("cuda_graph" if g else "none")
             for lab in self.m.rank_labels:
-                passes.add_metric([lab[k] for k in keys] + [mode], v, created=self.created)
+                passes.add_metric([lab[k] for k in keys] + [mode], v)
         yield passes
         if self.m.device_timer:
             fwd = CounterMetricFamily(
@@ -53,8 +67,10 @@ class _PerRankForward(Collector):
                 "Total time that GPU is busy executing model forward passes. Refer to ForwardMode for category labels.",
                 labels=keys + ["category"])
             for cat, v in list(self.m._fwd.items()):
+                if v <= 0:
+                    continue
                 for lab in self.m.rank_labels:
-                    fwd.add_metric([lab[k] for k in keys] + [cat], v, created=self.created)
+                    fwd.add_metric([lab[k] for k in keys] + [cat], v)
             yield fwd
 
 
@@ -68,14 +84,17 @@ class EmulatorMetrics:
         self.labels = self.rank_labels[0]
         self.device_timer = device_timer
         ln = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
+        tok = ["model_name", "engine_type"]  # tokenizer_metric_labels
+        self.tokenizer_labels = {k: self.labels[k] for k in tok}
         r = self.registry
         self.num_running_reqs = Gauge("sglang:num_running_reqs", "The number of running requests.", ln, registry=r)
         self.num_queue_reqs = Gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", ln, registry=r)
-        self.prompt_tokens_total = Counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.", ln + ["is_streaming"], registry=r)
-        self.generation_tokens_total = Counter(
-            "sglang:generation_tokens_total", "Number of generation tokens processed.", ln + ["is_streaming"], registry=r)
-        self.spec_verify_calls_total = Counter(
-            "sglang:spec_verify_calls_total", "Number of speculative decoding verification calls.", ln, registry=r)
+        self.prompt_tokens_total = _Counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.",
+                                            tok + ["is_streaming"], registry=r)
+        self.generation_tokens_total = _Counter(
+            "sglang:generation_tokens_total", "Number of generation tokens processed.", tok + ["is_streaming"], registry=r)
+        self.spec_verify_calls_total = _Counter(
+            "sglang:spec_verify_calls_total", "Number of speculative decoding verification calls.", tok, registry=r)
         self.num_running_reqs.labels(**self.labels).set(0)
         self.num_queue_reqs.labels(**self.labels).set(0)
         # Per-rank forward counters: the engine thread adds plain floats (every iteration, inside
@@ -98,10 +117,10 @@ class EmulatorMetrics:
     def on_finish(self, prompt_tokens: int, completion_tokens: int, spec_verify_ct: int, streaming: bool) -> None:
         """One finished request (SGLang ``observe_one_finished_request``)."""
         s = "true" if streaming else "false"
-        self.prompt_tokens_total.labels(**self.labels, is_streaming=s).inc(prompt_tokens)
-        self.generation_tokens_total.labels(**self.labels, is_streaming=s).inc(completion_tokens)
+        self.prompt_tokens_total.labels(**self.tokenizer_labels, is_streaming=s).inc(prompt_tokens)
+        self.generation_tokens_total.labels(**self.tokenizer_labels, is_streaming=s).inc(completion_tokens)
         if spec_verify_ct > 0:
-            self.spec_verify_calls_total.labels(**self.labels).inc(spec_verify_ct)
+            self.spec_verify_calls_total.labels(**self.tokenizer_labels).inc(spec_verify_ct)
 
     def set_queues(self, running: int, queued: int) -> None:
         self._running.set(running)

@@ -6,6 +6,13 @@ A profile is a JSON file (``lab/emulator/profiles/<name>.json`` or any path) val
 comes from (a seed measurement, ``docs/benchmarks/physics-h200-design-folder.json`` or an explicit
 assumption). :func:`load_profile` raises :class:`ProfileError` naming the file and the key.
 
+A profile fitted by ``lab calibrate`` (:mod:`lab.calibrate`) adds to each constant a ``fit``
+record (:class:`FitInfo`: standard error, 95 % interval, the measured windows it came from) and
+may leave a constant the data could not determine as ``"value": null`` with
+``fit.determined: false`` and the reason: marked, not guessed. Such a profile loads only with
+``load_profile(..., allow_undetermined=True)`` (what ``lab predict`` does); the emulator refuses
+it, naming the keys, until they are measured or filled (``lab calibrate --fill-from``).
+
 Cost model (all results in seconds; ``kv_tokens`` is the total KV context of the batch,
 summed over its sequences, in tokens)::
 
@@ -14,8 +21,8 @@ summed over its sequences, in tokens)::
                         + decode.kv_ms_per_1k_tokens * kv/1000
     verify_s(b, t, kv, mode, g)
                       = (ref_ms + per_extra_token_ms*(t-ref_tokens) + per_extra_seq_ms*(b-1))
-                        + kv_ms_per_1k_tokens[mode] * kv/1000
-                        where ref_ms = graph_ms_ref if g else eager_ms_ref
+                        + kv_ms_per_1k_tokens[mode] * kv/1000 + offset_ms[mode]
+                        where ref_ms = graph_ms_ref if g else eager_ms_ref (offset_ms: 0 unless set)
     draft_s(b, steps) = eagle_draft_s + eagle_draft_extend_s   (see :meth:`CostProfile.draft_parts_s`)
 """
 
@@ -26,9 +33,10 @@ import math
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-__all__ = ["ProfileError", "CostProfile", "ModelledBuild", "load_profile", "PROFILES_DIR", "accept_prob_for_mean"]
+__all__ = ["ProfileError", "CostProfile", "ModelledBuild", "FitInfo", "load_profile", "PROFILES_DIR",
+           "accept_prob_for_mean", "undetermined_keys"]
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
@@ -41,18 +49,49 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Num(_Strict):
-    """A constant with its provenance."""
+class FitInfo(_Strict):
+    """How a fitted constant was determined (``lab calibrate``, :mod:`lab.calibrate.fit`).
 
-    value: float
+    ``stderr`` / ``ci95``: standard error and 95 % t interval (None when the fit had no residual
+    degrees of freedom); ``determined``: False when the measured windows cannot determine it
+    (then ``reason`` says why and ``value`` is null); ``results``: the measured windows
+    (``<result dir>/<point>/r<repeat>``) it came from; ``n`` / ``dof``: windows and residual
+    degrees of freedom of its fit.
+    """
+
+    stderr: float | None = None
+    ci95: tuple[float, float] | None = None
+    determined: bool = True
+    reason: str | None = None
+    results: list[str] = Field(default_factory=list)
+    n: int | None = None
+    dof: int | None = None
+
+
+class _Provenanced(_Strict):
+    """A value with its ``source`` and optional ``fit`` record; null only when ``fit.determined`` is False."""
+
     source: str = Field(min_length=1)
+    fit: FitInfo | None = None
+
+    @model_validator(mode="after")
+    def _null_only_undetermined(self):
+        if getattr(self, "value") is None and (self.fit is None or self.fit.determined):
+            raise ValueError("value is null but fit.determined is not false: only an undetermined constant may be null")
+        return self
 
 
-class Flag(_Strict):
-    """A boolean with its provenance."""
+class Num(_Provenanced):
+    """A constant with its provenance (``value`` null only in a fitted profile, for a constant
+    the data could not determine: ``fit.determined`` False)."""
 
-    value: bool
-    source: str = Field(min_length=1)
+    value: float | None
+
+
+class Flag(_Provenanced):
+    """A boolean with its provenance (null like :class:`Num`)."""
+
+    value: bool | None
 
 
 class PrefillCost(_Strict):
@@ -74,11 +113,13 @@ class DecodeCost(_Strict):
 
 
 class VerifyModeCost(_Strict):
-    """One attention mode's verify: whether it runs in a CUDA graph, and its KV cost (ms per
-    1,000 KV tokens)."""
+    """One attention mode's verify: whether it runs in a CUDA graph, its KV cost (ms per
+    1,000 KV tokens) and, optionally, a fixed offset (ms) over the shared reference cost
+    (a fitted profile sets it when the two modes' verify costs differ)."""
 
     graph_captured: Flag
     kv_ms_per_1k_tokens: Num
+    offset_ms: Num | None = None
 
 
 class VerifyCost(_Strict):
@@ -119,7 +160,7 @@ class AcceptanceModel(_Strict):
 
 
 class KernelCounts(_Strict):
-    """MODELLED kernel counts per forward, for the emulator's profiler trace (lab/emulator/trace.py)."""
+    """MODELLED kernel counts per forward, for the emulator's profiler trace (lab/emulator/modelled_trace.py)."""
 
     target_forward: Num
     attention_per_target_forward: Num
@@ -198,7 +239,10 @@ class CostProfile(_Strict):
         v = self.verify
         ref = v.graph_ms_ref.value if graph else v.eager_ms_ref.value
         ms = ref + v.per_extra_token_ms.value * (tokens_per_seq - v.ref_tokens) + v.per_extra_seq_ms.value * max(0, batch - 1)
-        ms += self._mode(attention_mode).kv_ms_per_1k_tokens.value * kv_tokens / 1000.0
+        mode = self._mode(attention_mode)
+        ms += mode.kv_ms_per_1k_tokens.value * kv_tokens / 1000.0
+        if mode.offset_ms is not None:
+            ms += mode.offset_ms.value
         return max(ms, 0.0) / 1e3
 
     def draft_parts_s(self, batch: int, num_steps: int) -> tuple[float, float]:
@@ -259,11 +303,35 @@ def _resolve(name_or_path: str | Path) -> Path:
     return PROFILES_DIR / f"{name_or_path}.json"
 
 
-def load_profile(name_or_path: str | Path) -> tuple[CostProfile, Path]:
+def undetermined_keys(obj: BaseModel, prefix: str = "") -> list[str]:
+    """Dotted keys of every constant whose ``value`` is null (not determined by a calibration)."""
+    out: list[str] = []
+    for name in type(obj).model_fields:
+        v = getattr(obj, name)
+        key = f"{prefix}{name}"
+        if isinstance(v, (Num, Flag)):
+            if v.value is None:
+                out.append(key)
+        elif isinstance(v, BaseModel):
+            out += undetermined_keys(v, key + ".")
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                if isinstance(item, (Num, Flag)):
+                    if item.value is None:
+                        out.append(f"{key}.{k}")
+                elif isinstance(item, BaseModel):
+                    out += undetermined_keys(item, f"{key}.{k}.")
+    return out
+
+
+def load_profile(name_or_path: str | Path, *, allow_undetermined: bool = False) -> tuple[CostProfile, Path]:
     """Load and validate a profile by bundled name or path.
 
+    :param allow_undetermined: accept constants a calibration left null (module docstring);
+        the emulator never passes it.
     :returns: ``(profile, resolved_path)``.
-    :raises ProfileError: missing file, bad JSON, or an invalid key (``file: key: problem``).
+    :raises ProfileError: missing file, bad JSON, an invalid key (``file: key: problem``), or
+        (without ``allow_undetermined``) a constant left undetermined by a calibration.
     """
     path = _resolve(name_or_path)
     if not path.is_file():
@@ -282,14 +350,22 @@ def load_profile(name_or_path: str | Path) -> tuple[CostProfile, Path]:
             msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
             lines.append(f"  {key}: {msg}")
         raise ProfileError("\n".join(lines)) from None
+    missing = undetermined_keys(prof)
+    if missing and not allow_undetermined:
+        raise ProfileError(f"{path}: constants not determined by the calibration that wrote this profile: "
+                           f"{', '.join(missing)}. Fix: measure configurations that exercise them and run "
+                           "`lab calibrate` again, or fill them from a named profile: "
+                           "`lab calibrate ... --fill-from kimi_k25_tp8_pcie` (marked as not fitted)")
     for label, v in (("decode.graph_ms_bs1", prof.decode.graph_ms_bs1.value),
                      ("verify.graph_ms_ref", prof.verify.graph_ms_ref.value),
                      ("acceptance.p_accept_per_draft_token", prof.p_accept)):
+        if v is None:
+            continue
         if not math.isfinite(v) or v < 0:
             raise ProfileError(f"{path}: {label}: must be a finite non-negative number (got {v})")
-    if prof.p_accept > 1:
+    if prof.p_accept is not None and prof.p_accept > 1:
         raise ProfileError(f"{path}: acceptance.p_accept_per_draft_token: must be <= 1 (got {prof.p_accept})")
     for cat, num in prof.acceptance.per_category.items():
-        if not (math.isfinite(num.value) and 0.0 <= num.value <= 1.0):
+        if num.value is not None and not (math.isfinite(num.value) and 0.0 <= num.value <= 1.0):
             raise ProfileError(f"{path}: acceptance.per_category.{cat}: must be a probability in [0, 1] (got {num.value})")
     return prof, path

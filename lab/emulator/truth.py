@@ -16,9 +16,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import statistics
 import threading
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
+
+from lab.catalog import truth_metrics
 
 __all__ = ["TruthWriter", "Truth", "load_truth", "PhaseFidelity"]
 
@@ -169,6 +172,73 @@ class Truth:
                 max_abs_error_ms=max(errs),
             )
         return out
+
+    def chunk_times(self) -> dict[str, list[tuple[float, int]]]:
+        """Per rid, ``[(iteration end, tokens), ...]`` of the iterations that gave it tokens."""
+        out: dict[str, list[tuple[float, int]]] = {}
+        for it in self.iterations:
+            for rid, n in it["tokens"].items():
+                if n > 0:
+                    out.setdefault(rid, []).append((it["end"], n))
+        return out
+
+    def run_metrics(self, rids: Sequence[str], *, t0: float | None = None, t1: float | None = None,
+                    clock: str = "iteration") -> dict[str, float | None]:
+        """The ground-truth counterpart of every metric :mod:`lab.catalog` gives one (its
+        ``truth``), for one run (the requests ``rids``), aggregated as the client aggregates its
+        own records (:func:`lab.measure.records.summarize_run`); the metrics judged under
+        ``bench.slo`` (source ``load``) are left to the caller, who knows the SLO.
+
+        :param t0, t1: perf_counter times bounding the run (the ``/metrics`` scrapes around it,
+            or its first send and last end); phase means use the iterations between them (None:
+            the requests' own span).
+        :param clock: ``"iteration"``: first/last token at the end of the iteration that made it
+            (what the engine did); ``"wire"``: when the HTTP layer wrote the first/last chunk to
+            the socket (``sent`` lines), which removes the server's own delivery lag and leaves
+            only the client's error (decode_tok_s, output_tok_s, cycle_ms and p50_ttft_ms change).
+        :returns: ``{metric name: value or None}`` in catalog order.
+        :raises KeyError: a rid missing from the file (or from its ``sent`` lines), or a catalog
+            truth this method does not compute (declare it here too).
+        :raises ValueError: an unknown ``clock``.
+        """
+        reqs = [self.requests[r] for r in rids]
+        if clock == "wire":
+            reqs = [{**q, "first_token": self.sent[q["rid"]]["first_sent"], "last_token": self.sent[q["rid"]]["last_sent"]}
+                    for q in reqs]
+        elif clock != "iteration":
+            raise ValueError(f"clock={clock!r}: use 'iteration' or 'wire'")
+        chunks = self.chunk_times()
+        tok_s = [(q["completion_tokens"] - 1) / (q["last_token"] - q["first_token"]) for q in reqs
+                 if q["completion_tokens"] >= 2 and q["last_token"] > q["first_token"]]
+        tpot = [(q["last_token"] - q["first_token"]) * 1e3 / (q["completion_tokens"] - 1) for q in reqs
+                if q["completion_tokens"] >= 2]
+        cycles, gaps = [], []
+        for r in reqs:
+            n, vct = r["completion_tokens"], r["spec_verify_ct"]
+            span = r["last_token"] - r["first_token"]
+            steps = vct if vct else n - 1
+            if n >= 2 and span > 0 and steps:
+                cycles.append(span * 1e3 / steps)
+            ts = [t for t, _ in chunks.get(r["rid"], [])]
+            gaps += [(b - a) * 1e3 for a, b in zip(ts, ts[1:])]
+        start = min(r["arrival"] for r in reqs) if reqs else None
+        end = max(r["last_token"] for r in reqs) if reqs else None
+        phases = self.mean_phase_s(t0 if t0 is not None else start, t1 if t1 is not None else end)
+        ms = lambda s: s * 1e3 if s is not None else None  # noqa: E731
+        values = {
+            "decode_tok_s": statistics.median(tok_s) if tok_s else None,
+            "output_tok_s": (sum(r["completion_tokens"] for r in reqs) / (end - start)
+                             if reqs and end > start else None),
+            "accept_length": self.accept_length(rids),
+            "verify_ms": ms(phases["verify_s"]),
+            "draft_ms": ms(phases["draft_s"]),
+            "decode_ms": ms(phases["decode_s"]),
+            "cycle_ms": statistics.median(cycles) if cycles else None,
+            "p50_ttft_ms": statistics.median((r["first_token"] - r["arrival"]) * 1e3 for r in reqs) if reqs else None,
+            "p50_tpot_ms": statistics.median(tpot) if tpot else None,
+            "mean_icl_ms": sum(gaps) / len(gaps) if gaps else None,
+        }
+        return {m.name: values[m.name] for m in truth_metrics() if m.source != "load"}
 
     def tokens_by_rid(self) -> dict[str, list[int]]:
         """Per request, the tokens it received from each iteration (its chunk sizes), in order."""

@@ -15,9 +15,13 @@ import sys
 from dataclasses import dataclass, field
 
 from lab.config import LabParams
+from lab.engine.registry import engine_for
 from lab.redact import redact_argv, redact_env
 
-__all__ = ["ServerCommand", "MODE_FLAGS", "BASE_ENV", "build_server_command", "server_flags"]
+__all__ = ["ServerCommand", "MODE_FLAGS", "BASE_ENV", "build_server_command", "server_flags", "model_paths", "ENGINE_MODULE"]
+
+#: Engine (``params.engine``, :mod:`lab.engine.registry`) -> the module ``python -m`` runs.
+ENGINE_MODULE: dict[str, str] = {"emulator": "lab.emulator", "sglang": "sglang.launch_server"}
 
 # Mode field -> SGLang 0.5.23 flag (sglang/srt/arg_groups/fields/spec.py, model.py).
 MODE_FLAGS: dict[str, str] = {
@@ -67,6 +71,21 @@ class ServerCommand:
         return f"{env} {shlex.join(redact_argv(self.argv))}".strip()
 
 
+def model_paths(params: LabParams, mode_name: str) -> tuple[str, str | None]:
+    """``(target, draft)`` paths the launch names: ``model.path`` and the mode's (or the model's)
+    ``draft_path``, or with ``model.synthetic`` the generated folders of
+    :func:`lab.engine.synthetic.model_dir` (written by :func:`lab.engine.synthetic.write_model`
+    before preflight; this only names them)."""
+    mode, m = params.mode(mode_name), params.model
+    if m.synthetic:
+        from lab.config import repo_root
+        from lab.engine.synthetic import model_dir
+
+        d = model_dir(m.synthetic, repo_root())
+        return str(d / "target"), str(d / "draft")
+    return m.path, (mode.draft_path or m.draft_path)
+
+
 def server_flags(params: LabParams, mode_name: str) -> list[str]:
     """SGLang 0.5.23 flags for ``mode_name`` (identical for both engines).
 
@@ -77,7 +96,10 @@ def server_flags(params: LabParams, mode_name: str) -> list[str]:
     """
     mode = params.mode(mode_name)
     m, s = params.model, params.server
-    flags = ["--model-path", m.path, "--tp-size", str(m.tp_size)]
+    target, draft = model_paths(params, mode_name)
+    flags = ["--model-path", target, "--tp-size", str(m.tp_size)]
+    if m.synthetic:  # config-only model: SGLang initialises random weights (model_loader/loader.py DummyModelLoader)
+        flags += ["--load-format", "dummy"]
     if m.trust_remote_code:
         flags.append("--trust-remote-code")
     flags += ["--host", s.host, "--port", str(s.port)]
@@ -97,7 +119,7 @@ def server_flags(params: LabParams, mode_name: str) -> list[str]:
         flags += ["--dist-init-addr", s.dist_init_addr]
     if mode.is_speculative:
         flags += [MODE_FLAGS["algorithm"], str(mode.algorithm)]
-        flags += ["--speculative-draft-model-path", str(mode.draft_path or m.draft_path)]
+        flags += ["--speculative-draft-model-path", str(draft)]
     for key, flag in MODE_FLAGS.items():
         value = getattr(mode, key)
         if key != "algorithm" and value is not None:
@@ -136,13 +158,11 @@ def build_server_command(
         # run keeps token 100 and its outputs are (correctly) reported degenerate.
         if (mode.eagle_topk or 1) == 1:
             env.setdefault("SGLANG_SIMULATE_ACC_TOKEN_MODE", "real-draft-token")
-    if params.engine == "sglang":
-        argv = [python, "-m", "sglang.launch_server", *flags]
-    else:
-        argv = [python, "-m", "lab.emulator", *flags,
-                "--emulator-profile", params.emulator.profile,
-                "--emulator-startup-delay-s", str(params.emulator.startup_delay_s)]
-        for fault in params.emulator.faults:  # lab/emulator/faults.py; none by default
+    argv = [python, "-m", ENGINE_MODULE[params.engine], *flags]
+    if engine_for(params).params_section == "emulator":  # the emulator's own flags
+        e = params.emulator
+        argv += ["--emulator-profile", e.profile, "--emulator-startup-delay-s", str(e.startup_delay_s)]
+        for fault in e.faults:  # lab/emulator/faults.py; none by default
             argv += ["--emulator-fault", fault]
         if ground_truth_file is not None:
             argv += ["--ground-truth-file", str(ground_truth_file)]

@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from lab.engine.surfaces import captured_graph_bs, surface_for
+
 __all__ = ["EFFECTIVE_KEYS", "effective_config", "identical_modes", "identical_notice", "captured_graph_bs",
            "MODE_PICKS_BACKEND_ONLY_VERSION"]
 
@@ -36,22 +38,12 @@ EFFECTIVE_KEYS: tuple[str, ...] = (
     "context_length",
 )
 
-#: The SGLang build whose semantics this module encodes: there, the attention mode only picks
-#: the verify attention backend (target-verify is graph-captured in both modes,
-#: ``model_executor/runner/decode_cuda_graph_runner.py`` ~356-367).
+#: The newest SGLang build whose semantics this module encodes (each supported build's own
+#: surfaces: :mod:`lab.engine.surfaces`).
 MODE_PICKS_BACKEND_ONLY_VERSION = "0.5.23"
 
 _DISABLED = "disabled"
 
-
-def captured_graph_bs(log_text: str) -> list[int] | None:
-    """Batch sizes actually captured, from SGLang's "Capture target verify|decode CUDA graph
-    end. bs=[...]" line (``model_runner_components/cuda_graph_setup.py`` ~794-799; the last
-    such line wins); None when the log has none (graphs off, or the log is not SGLang's)."""
-    found = None
-    for m in re.finditer(r"Capture target (?:verify|decode) CUDA graph end\. bs=\[([0-9, ]*)\]", log_text or ""):
-        found = [int(x) for x in m.group(1).replace(" ", "").split(",") if x]
-    return found
 
 # The verify forward uses the prefill backend in prefill mode and the decode backend in
 # decode mode (SGLang 0.5.23 ``--speculative-attention-mode`` help text).
@@ -77,13 +69,20 @@ def effective_config(server_info: Mapping[str, Any], log_text: str | None = None
     - ``effective_max_running_requests``: the scheduler's actual cap
       (``internal_states[0].effective_max_running_requests_per_dp``, ``internal_state.py``).
     - ``engine_version`` and ``modelled_build`` (the emulator's ``emulator_models_build``):
-      which build's semantics apply.
+      which build's semantics apply; ``sglang_contract`` (the :mod:`lab.engine.surfaces`
+      contract the lab read a real SGLang with, None for the emulator) and ``contract_note``
+      (set when the version is not one the lab was checked against).
 
     Missing keys are recorded as None.
     """
     eff = {k: server_info.get(k) for k in EFFECTIVE_KEYS}
     eff["engine_version"] = server_info.get("version")
     eff["modelled_build"] = server_info.get("emulator_models_build")
+    if eff["modelled_build"] is None:
+        surface, note = surface_for(eff["engine_version"])
+        eff["sglang_contract"], eff["contract_note"] = surface.contract, note
+    else:
+        eff["sglang_contract"], eff["contract_note"] = None, None
     dec = (server_info.get("cuda_graph_config") or {}).get("decode") or {}
     eff["cuda_graph_decode_backend"] = dec.get("backend")
     eff["cuda_graph_bs_decode"] = dec.get("bs") if dec.get("bs") is not None else server_info.get("cuda_graph_bs_decode")
@@ -104,13 +103,17 @@ def effective_config(server_info: Mapping[str, Any], log_text: str | None = None
 
 
 def _runtime_signature(eff: Mapping[str, Any]) -> str:
-    """What the GPU actually executes. In SGLang 0.5.23 the attention mode only matters
+    """What the GPU actually executes. In SGLang 0.5.23 and 0.5.16 (each real build's
+    :attr:`lab.engine.surfaces.SglangSurface.mode_picks_backend_only`) the attention mode only matters
     through the backend it selects, so it is left out and the resolved verify backend kept.
     For any other build (the emulator's default profile models the seeds' older build, where
     prefill-mode verify ran outside CUDA graphs) the mode itself changes the verify path and
     stays in. The log-derived captured list is left out (it is absent when no log was read)."""
-    mode_only_backend = str(eff.get("engine_version")) == MODE_PICKS_BACKEND_ONLY_VERSION
-    drop = {"captured_cuda_graph_bs", "engine_version"} | ({"speculative_attention_mode"} if mode_only_backend else set())
+    contract = eff.get("sglang_contract")
+    mode_only_backend = (str(eff.get("engine_version")) == MODE_PICKS_BACKEND_ONLY_VERSION
+                         or bool(contract and surface_for(contract)[0].mode_picks_backend_only))
+    drop = ({"captured_cuda_graph_bs", "engine_version", "sglang_contract", "contract_note"}
+            | ({"speculative_attention_mode"} if mode_only_backend else set()))
     return json.dumps({k: v for k, v in eff.items() if k not in drop}, sort_keys=True, default=str)
 
 

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from lab.redact import redact_env, redact_text
+from lab.engine.registry import engine_for
 
 __all__ = ["capture_environment", "run_optional", "NOT_AVAILABLE"]
 
@@ -121,7 +122,7 @@ def capture_environment(out_dir: str | os.PathLike[str], *, python: str = sys.ex
     nccl = {k: v for k, v in sorted(full_env.items()) if k.startswith("NCCL_")}
     write("nccl-env.txt", "\n".join(f"{k}={v}" for k, v in redact_env(nccl).items())
           or "no NCCL_* variables set (NCCL defaults apply)")
-    if engine == "sglang":
+    if not engine_for(engine).modelled:
         ok, info_txt = run_optional([python, "-c", _SGLANG_INFO])
         info = json.loads(info_txt) if ok else {"error": info_txt}
         if info.get("version"):

@@ -13,7 +13,7 @@ def free_port() -> int:
     the kernel's ephemeral range (``/proc/sys/net/ipv4/ip_local_port_range``, 32768 up by
     default). Ports from ``bind(0)`` come from that range, so a notebook kernel's ZMQ
     sockets, opened between this call and the engine's launch, cannot take the port (seen
-    in tests/test_interrupt.py, which starts nine kernels at once). Falls back to any free
+    in tests/e2e/test_interrupt.py, which starts nine kernels at once). Falls back to any free
     port when none is free below the range."""
     lo = 32768
     try:

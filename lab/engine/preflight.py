@@ -34,10 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from lab.config import LabParams, repo_root
+from lab.engine.registry import engine_for
 
 __all__ = ["Check", "PreflightError", "PreflightReport", "run_preflight", "gpu_check",
            "sglang_check", "argv_check", "weights_check", "hf_cache_dir", "format_table",
-           "MIN_FREE_DISK_GB", "ARGV_CHECK_TIMEOUT_S", "driver_check", "MIN_DRIVER_MAJOR"]
+           "MIN_FREE_DISK_GB", "ARGV_CHECK_TIMEOUT_S", "driver_check", "MIN_DRIVER_MAJOR", "synthetic_check",
+           "bundle_checks"]
 
 #: Below this free space (GiB) where results go, logs and artifacts may not fit.
 MIN_FREE_DISK_GB = 2.0
@@ -69,13 +71,23 @@ except BaseException as exc:
     out = {"ok": False, "error": err(exc)}
 else:
     try:
-        args.resolve_once()
-        d = args.resolved_dict()
+        if hasattr(args, "resolve_once"):  # 0.5.23: parse, then resolve
+            args.resolve_once()
+            d = args.resolved_dict()
+            how = "resolve_once()"
+        else:  # 0.5.16: ServerArgs.__post_init__ already resolved the fields
+            d = {k: getattr(args, k, None) for k in keys}
+            cg = getattr(args, "cuda_graph_config", None)
+            d["cuda_graph_config"] = cg if isinstance(cg, dict) else (getattr(cg, "__dict__", None) or {})
+            dec = d["cuda_graph_config"].get("decode") if isinstance(d["cuda_graph_config"], dict) else None
+            if dec is not None and not isinstance(dec, dict):
+                d["cuda_graph_config"] = {"decode": {"backend": getattr(dec, "backend", None), "bs": getattr(dec, "bs", None)}}
+            how = "ServerArgs.__post_init__"
         vals = {k: d.get(k) for k in keys}
         dec = ((d.get("cuda_graph_config") or {}).get("decode") or {})
         vals.update({"cuda_graph_config.decode.backend": dec.get("backend"),
                      "cuda_graph_config.decode.bs": dec.get("bs")})
-        out = {"ok": True, "resolved": True, "values": vals}
+        out = {"ok": True, "resolved": True, "how": how, "values": vals}
     except BaseException as exc:
         out = {"ok": True, "resolved": False, "resolve_error": err(exc),
                "values": {k: getattr(args, k, None) for k in keys}}
@@ -281,7 +293,7 @@ def argv_check(mode: str, flags: list[str], python: str = sys.executable,
         return Check(name, WARN, f"accepted by prepare_server_args, but SGLang's resolution failed here "
                      f"({res.get('resolve_error')}); RAW INPUT, not what SGLang will run: {shown}",
                      "run lab doctor on the GPU node with the model in the HF cache to see resolved values")
-    return Check(name, OK, f"accepted by prepare_server_args; resolved by resolve_once(): {shown}")
+    return Check(name, OK, f"accepted by prepare_server_args; resolved by {res.get('how', 'resolve_once()')}: {shown}")
 
 
 # --------------------------------------------------------------------------- weights
@@ -382,7 +394,7 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
     modes = list(modes or params.modes)
     out = Path(results_dir) if results_dir is not None else repo_root() / "results"
     checks: list[Check] = []
-    if params.engine == "emulator":
+    if not engine_for(params).holds_gpus:  # the emulator: no GPU, SGLang or weights
         checks.append(Check("gpus", SKIP, "engine emulator: no GPU, SGLang or weights needed"))
         from lab.emulator.profile import ProfileError, load_profile
         try:
@@ -405,8 +417,55 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
         else:
             checks.append(Check(f"argv[{mode}]", SKIP, "SGLang not importable by this Python: launch flags not "
                                 "checked and values NOT resolved (resolution runs SGLang's own code)"))
-    checks.append(weights_check("model", m.path))
-    drafts = sorted({params.mode(n).draft_path or m.draft_path for n in modes if params.mode(n).is_speculative})
-    for d in drafts:
-        checks.append(weights_check("draft", str(d)))
+    if m.synthetic:
+        checks.append(synthetic_check(m.synthetic))
+    else:
+        checks.append(weights_check("model", m.path))
+        drafts = sorted({params.mode(n).draft_path or m.draft_path for n in modes if params.mode(n).is_speculative})
+        for d in drafts:
+            checks.append(weights_check("draft", str(d)))
+    if python == sys.executable:
+        checks += bundle_checks({mode: build_server_command(params, mode, python=python).flags for mode in modes})
     return PreflightReport("sglang", checks + _cheap_checks(params, out))
+
+
+def synthetic_check(preset: str) -> Check:
+    """Write (once) the synthetic model's folders (:func:`lab.engine.synthetic.write_model`)."""
+    from lab.engine.synthetic import SyntheticError, describe, write_model
+
+    try:
+        d = write_model(preset, repo_root())
+    except SyntheticError as exc:
+        return Check("model", FAIL, str(exc).split(". Fix:")[0], str(exc).split(". Fix: ")[-1])
+    info = describe(preset)
+    return Check("model", OK, f"synthetic {preset} ({info['num_hidden_layers']} layers, hidden {info['hidden_size']}, "
+                 f"vocab {info['vocab_size']}): {d}; RANDOM weights (--load-format dummy)")
+
+
+def bundle_checks(flags_by_mode: dict[str, list[str]], site: Path | None = None) -> list[Check]:
+    """With an offline bundle installed (:mod:`lab.offline.install` wrote ``lab-bundle.json``
+    into this interpreter's site-packages): each mode's launch carries the flags the bundle
+    needs (``--grammar-backend none`` with the xgrammar stand-in, a non-fa3
+    ``--attention-backend`` without fa3's library). No bundle: no rows."""
+    import sysconfig
+
+    rec = Path(site or sysconfig.get_paths()["purelib"]) / "lab-bundle.json"
+    if not rec.exists():
+        return []
+    info = json.loads(rec.read_text())
+    sg = info.get("sglang", {})
+    rows = [Check("bundle", OK if not info.get("missing_parts") else FAIL,
+                  f"offline bundle: SGLang {sg.get('version')} set, {len(info.get('parts', []))} parts installed"
+                  + (f"; missing {', '.join(info['missing_parts'])}" if info.get("missing_parts") else ""),
+                  "copy the missing parts beside bundle.json and run python3 -m lab.offline.install again"
+                  if info.get("missing_parts") else "")]
+    for mode, flags in flags_by_mode.items():
+        bad = []
+        for flag, allowed in (sg.get("requires_flags") or {}).items():
+            val = flags[flags.index(flag) + 1] if flag in flags and flags.index(flag) + 1 < len(flags) else None
+            if val not in allowed:
+                bad.append(f"{flag} {'/'.join(allowed)} ({'not set' if val is None else 'have ' + val})")
+        if bad:
+            rows.append(Check(f"bundle[{mode}]", FAIL, "this bundle needs " + "; ".join(bad),
+                              "add them to server.extra_args in params.yaml (e.g. configs/h200/params-*.yaml)"))
+    return rows

@@ -27,6 +27,7 @@ import psutil
 
 from lab.config import main_repo_root, repo_root
 from lab.engine.command import ServerCommand
+from lab.engine.registry import ENGINES
 
 __all__ = [
     "ServerError",
@@ -268,7 +269,7 @@ class ServerProcess:
         (GPU engine) the previous engine's GPU memory is not freed in time."""
         stop_stale_servers(self.state_dir)
         check_port_free(self.command.host, self.command.port)
-        if self.command.engine == "sglang":
+        if getattr(ENGINES.get(self.command.engine), "holds_gpus", False):
             self._wait_previous_gpu_memory()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.command.env, "PYTHONUNBUFFERED": "1"}
@@ -354,7 +355,7 @@ class ServerProcess:
         """Stop the whole process group (SIGTERM, then SIGKILL after the grace period)."""
         if self.proc is None:
             return
-        if self.command.engine == "sglang":  # the next launch waits for these pids' GPU memory
+        if getattr(ENGINES.get(self.command.engine), "holds_gpus", False):  # the next launch waits for these pids' GPU memory
             pids = [self.proc.pid]
             for p in psutil.process_iter():
                 try:

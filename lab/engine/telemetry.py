@@ -5,6 +5,12 @@ A background thread samples every GPU through nvidia-ml-py (NVML) every ``interv
 maximum; :func:`GpuSampler.summary` reports exactly that ratio per GPU
 (``sm_clock_mhz`` mean / ``nvmlDeviceGetMaxClockInfo(SM)``).
 
+GPU energy over the window comes from each GPU's energy counter
+(``nvmlDeviceGetTotalEnergyConsumption``: millijoules since the driver loaded, Volta and newer),
+read at the window's start and end: ``energy_j`` per GPU and ``energy_j_total`` in the summary
+(None where a GPU has no counter). Energy per output token is that total over the window's
+completion tokens (:func:`energy_per_token_mj`; AIPerf and InferenceX report the same quantity).
+
 Without GPUs (no NVML library, no driver, zero devices) the sampler records nothing and
 its summary says so: ``{"available": False, "note": "no GPU telemetry: ..."}``, never zeros.
 """
@@ -15,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["GpuSampler", "FIELDS"]
+__all__ = ["GpuSampler", "FIELDS", "energy_per_token_mj"]
 
 #: Per-GPU sample fields, with units in the names.
 FIELDS = ("sm_clock_mhz", "gpu_util_pct", "mem_util_pct", "mem_used_gib", "power_w")
@@ -44,6 +50,17 @@ class GpuSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
+        self._energy0: list[float | None] = []
+        self._energy_j: list[float | None] = []
+
+    def _energy_mj(self) -> list[float | None]:
+        out: list[float | None] = []
+        for h in self._handles:
+            try:
+                out.append(float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(h)))
+            except Exception:  # no counter on this GPU (pre-Volta) or a fake without it
+                out.append(None)
+        return out
 
     def _init(self) -> bool:
         try:
@@ -99,6 +116,7 @@ class GpuSampler:
     def __enter__(self) -> "GpuSampler":
         self._t0 = time.perf_counter()
         if self._init():
+            self._energy0 = self._energy_mj()
             self._thread = threading.Thread(target=self._loop, name="gpu-telemetry", daemon=True)
             self._thread.start()
         return self
@@ -108,6 +126,8 @@ class GpuSampler:
             self._stop.set()
             self._thread.join(timeout=5)
             self._sample_once()  # the window's last state
+            self._energy_j = [None if a is None or b is None else (b - a) / 1000.0
+                              for a, b in zip(self._energy0, self._energy_mj())]
             try:
                 self._nvml.nvmlShutdown()
             except Exception:
@@ -117,7 +137,8 @@ class GpuSampler:
         """Per-GPU mean/min/max of each field over the window, and SM clock / max clock.
 
         :returns: ``{"available": True, "interval_s", "samples": n, "gpus": [{"gpu", "name",
-            "<field>_mean", "<field>_min", "<field>_max", "sm_clock_frac_of_max"}]}``, or
+            "<field>_mean", "<field>_min", "<field>_max", "sm_clock_frac_of_max", "energy_j"}],
+            "energy_j_total"}`` (energy over the window, joules; None without counters), or
             ``{"available": False, "note": "no GPU telemetry: ..."}``.
         """
         if not self.samples:
@@ -134,8 +155,12 @@ class GpuSampler:
                     g[f"{f}_max"] = max(vals)
             mx = self._max_sm[i]
             g["sm_clock_frac_of_max"] = g["sm_clock_mhz_mean"] / mx if mx and "sm_clock_mhz_mean" in g else None
+            g["energy_j"] = self._energy_j[i] if i < len(self._energy_j) else None
             gpus.append(g)
-        return {"available": True, "interval_s": self.interval_s, "samples": len(self.samples), "gpus": gpus}
+        energies = [g["energy_j"] for g in gpus]
+        total = sum(energies) if energies and all(e is not None for e in energies) else None
+        return {"available": True, "interval_s": self.interval_s, "samples": len(self.samples), "gpus": gpus,
+                "energy_j_total": total}
 
     def step_metrics(self) -> list[tuple[int, dict[str, float]]]:
         """MLflow step metrics: ``[(step, {"gpu<i>.<field>": value})]``, one step per sampling
@@ -147,3 +172,15 @@ class GpuSampler:
                 if r.get(f) is not None:
                     out.setdefault(step, {})[f"gpu{r['gpu']}.{f}"] = r[f]
         return sorted(out.items())
+
+
+def energy_per_token_mj(summary: dict[str, Any], completion_tokens: int) -> float | None:
+    """GPU energy per output token over a window, millijoules: all GPUs' ``energy_j_total``
+    (:meth:`GpuSampler.summary`) x 1000 / the window's completion tokens.
+
+    :returns: None without an energy counter or without tokens.
+    """
+    total = summary.get("energy_j_total") if summary.get("available") else None
+    if total is None or completion_tokens <= 0:
+        return None
+    return total * 1000.0 / completion_tokens

@@ -16,19 +16,19 @@ decode_tok_s    median over requests of (N-1)/(t_last_chunk -    median of (N-1)
 output_tok_s    sum N / (max t_end - min t_dispatch)             sum N / (max last_token - min arrival)
 cycle_ms        median of decode span / spec_verify_ct           same with the truth span and truth verify count
                 (or / (N-1) without speculation)
-icl_ms          mean gap between consecutive content chunks      mean gap between the ends of the iterations that
+mean_icl_ms     mean gap between consecutive content chunks      mean gap between the ends of the iterations that
                                                                  gave the request tokens
-ttft_ms         median of t_first_chunk - t_send                 median of first_token - arrival
+p50_ttft_ms     median of t_first_chunk - t_send                 median of first_token - arrival
 accept_length   sum N / sum spec_verify_ct (meta_info)           same from the truth request lines
 verify_ms       /metrics delta of target_verify seconds /        mean actual verify phase of the spec iterations
 (decode_ms)     decode iterations                                between the two scrapes
 =============== ================================================ ================================================
 
 Error is ``client / truth - 1`` per repeat; the table reports the median over repeats
-(and the worst repeat). What each error contains: decode_tok_s, cycle_ms and icl_ms
+(and the worst repeat). What each error contains: decode_tok_s, cycle_ms and mean_icl_ms
 differ by the *jitter* of chunk delivery (truth iteration end -> the client's timestamp
 of the parsed chunk: the emulator's hand-off to its event loop, HTTP, the client's event
-loop); ttft_ms and output_tok_s also contain a *fixed* client-side cost (send -> the
+loop); p50_ttft_ms and output_tok_s also contain a *fixed* client-side cost (send -> the
 server's arrival, the last chunk -> the client's end of stream), which is real latency a
 user sees, so for them the error is what the client adds on top of the server's view.
 :func:`delivery_delay_ms` measures the per-chunk delay directly.
@@ -42,8 +42,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
-import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -54,19 +52,23 @@ import numpy as np
 from lab.measure import client
 from lab.measure.prometheus import server_timing
 from lab.measure.records import measured_window_s, request_metrics, summarize_run
+from lab.catalog import truth_metrics
 from lab.config import LabParams
 from lab.emulator.truth import Truth, load_truth
 from lab.engine.command import build_server_command
 from lab.engine.process import ServerProcess
 from lab.engine.ports import free_port
 
-__all__ = ["free_port", "emulator_server", "truth_run_metrics", "delivery_delay_ms", "client_run_metrics",
-           "relative_error", "measure_mode", "error_table", "ACCURACY_METRICS", "TARGETS", "RATE_METRICS",
-           "measure_rates"]
+__all__ = ["free_port", "emulator_server", "delivery_delay_ms", "client_run_metrics", "accuracy_metrics",
+           "relative_error", "measure_mode", "error_table", "TARGETS", "RATE_METRICS", "measure_rates"]
 
-#: Metrics compared with the ground truth, in table order.
-ACCURACY_METRICS = ("decode_tok_s", "output_tok_s", "cycle_ms", "icl_ms", "ttft_ms", "accept_length", "verify_ms",
-                    "decode_ms")
+
+def accuracy_metrics() -> list[str]:
+    """Metrics compared with the ground truth at concurrency points, in table order: every
+    metric :mod:`lab.catalog` gives a ground-truth counterpart, but those judged under
+    ``bench.slo`` (compared at rate points, :data:`RATE_METRICS`)."""
+    return [m.name for m in truth_metrics() if m.source != "load"]
+
 #: Target |median error| per concurrency level (issue 4); levels between use the larger one.
 TARGETS = {1: 0.01, 64: 0.02}
 
@@ -108,68 +110,13 @@ def emulator_server(params: LabParams, mode_name: str, out_dir: Path, *, profile
         yield srv, truth_path
 
 
-def _truth_chunk_times(truth: Truth) -> dict[str, list[tuple[float, int]]]:
-    """Per rid, ``[(iteration end, tokens), ...]`` of the iterations that gave it tokens."""
-    out: dict[str, list[tuple[float, int]]] = {}
-    for it in truth.iterations:
-        for rid, n in it["tokens"].items():
-            if n > 0:
-                out.setdefault(rid, []).append((it["end"], n))
-    return out
-
-
-def truth_run_metrics(truth: Truth, rids: Sequence[str], *, t0: float | None = None,
-                      t1: float | None = None, clock: str = "iteration") -> dict[str, float | None]:
-    """Ground-truth values of :data:`ACCURACY_METRICS` for one run (the requests ``rids``).
-
-    :param t0, t1: perf_counter times of the ``/metrics`` scrapes around the run (phase
-        means use the iterations between them; None: the requests' own span).
-    :param clock: ``"iteration"``: first/last token at the end of the iteration that made it
-        (what the engine did); ``"wire"``: when the HTTP layer wrote the first/last chunk to
-        the socket (``sent`` lines), which removes the server's own delivery lag and leaves
-        only the client's error (decode_tok_s, output_tok_s, cycle_ms and ttft_ms change).
-    :raises KeyError: a rid missing from the truth file (or from its ``sent`` lines).
-    """
-    reqs = [truth.requests[r] for r in rids]
-    if clock == "wire":
-        reqs = [{**q, "first_token": truth.sent[q["rid"]]["first_sent"], "last_token": truth.sent[q["rid"]]["last_sent"]}
-                for q in reqs]
-    elif clock != "iteration":
-        raise ValueError(f"clock={clock!r}: use 'iteration' or 'wire'")
-    chunks = _truth_chunk_times(truth)
-    tok_s = [(q["completion_tokens"] - 1) / (q["last_token"] - q["first_token"]) for q in reqs
-             if q["completion_tokens"] >= 2 and q["last_token"] > q["first_token"]]
-    cycles, gaps = [], []
-    for r in reqs:
-        n, vct = r["completion_tokens"], r["spec_verify_ct"]
-        span = r["last_token"] - r["first_token"]
-        steps = vct if vct else n - 1
-        if n >= 2 and span > 0 and steps:
-            cycles.append(span * 1e3 / steps)
-        ts = [t for t, _ in chunks.get(r["rid"], [])]
-        gaps += [(b - a) * 1e3 for a, b in zip(ts, ts[1:])]
-    start = min(r["arrival"] for r in reqs)
-    end = max(r["last_token"] for r in reqs)
-    phases = truth.mean_phase_s(t0 if t0 is not None else start, t1 if t1 is not None else end)
-    return {
-        "decode_tok_s": statistics.median(tok_s) if tok_s else None,
-        "output_tok_s": sum(r["completion_tokens"] for r in reqs) / (end - start) if end > start else None,
-        "cycle_ms": statistics.median(cycles) if cycles else None,
-        "icl_ms": float(np.mean(gaps)) if gaps else None,
-        "ttft_ms": statistics.median((r["first_token"] - r["arrival"]) * 1e3 for r in reqs),
-        "accept_length": truth.accept_length(rids),
-        "verify_ms": phases["verify_s"] * 1e3 if phases["verify_s"] is not None else None,
-        "decode_ms": phases["decode_s"] * 1e3 if phases["decode_s"] is not None else None,
-    }
-
-
 def delivery_delay_ms(truth: Truth, records: Sequence[Mapping[str, Any]]) -> list[float]:
     """Per client chunk: its client timestamp minus the end of the iteration that completed it (ms).
 
     Chunks are matched by cumulative token count (a chunk that coalesced several iterations
     is matched to the last of them). Requests absent from the truth file are skipped.
     """
-    chunks = _truth_chunk_times(truth)
+    chunks = truth.chunk_times()
     out: list[float] = []
     for rec in records:
         tc = chunks.get(rec["rid"])
@@ -189,13 +136,12 @@ def delivery_delay_ms(truth: Truth, records: Sequence[Mapping[str, Any]]) -> lis
 
 
 def client_run_metrics(records: Sequence[Mapping[str, Any]], server: Mapping[str, Any]) -> dict[str, Any]:
-    """The client's values of :data:`ACCURACY_METRICS` via :func:`lab.measure.records.summarize_run`."""
+    """The client's values of :func:`accuracy_metrics` via :func:`lab.measure.records.summarize_run`
+    (the same names), plus ``p99_dispatch_delay_ms``, ``token_accounting_ok``, ``errors`` and
+    ``completion_tokens_total``."""
     s = summarize_run(records, wall_s=measured_window_s(records), server=server)
-    return {"decode_tok_s": s["decode_tok_s"], "output_tok_s": s["output_tok_s"], "cycle_ms": s["cycle_ms"],
-            "icl_ms": s["mean_icl_ms"], "ttft_ms": s["p50_ttft_ms"], "accept_length": s["accept_length"],
-            "verify_ms": s["verify_ms"], "decode_ms": s["decode_ms"],
-            "p99_dispatch_delay_ms": s["p99_dispatch_delay_ms"], "token_accounting_ok": s["token_accounting_ok"],
-            "errors": s["errors"], "completion_tokens_total": s["completion_tokens_total"]}
+    return {m: s[m] for m in (*accuracy_metrics(), "p99_dispatch_delay_ms", "token_accounting_ok", "errors",
+                              "completion_tokens_total")}
 
 
 def relative_error(measured: float | None, truth: float | None) -> float | None:
@@ -236,8 +182,8 @@ def measure_mode(params: LabParams, mode_name: str, out_dir: Path, *, levels: Se
                            "fidelity": {k: vars(f) for k, f in truth.fidelity().items()}}
     for run in runs:
         recs = [r for r in run["records"] if r["ok"]]
-        tr = truth_run_metrics(truth, [r["rid"] for r in recs], t0=run["t0"], t1=run["t1"])
-        err = {m: relative_error(run["client"].get(m), tr.get(m)) for m in ACCURACY_METRICS}
+        tr = truth.run_metrics([r["rid"] for r in recs], t0=run["t0"], t1=run["t1"])
+        err = {m: relative_error(run["client"].get(m), tr.get(m)) for m in accuracy_metrics()}
         dd = delivery_delay_ms(truth, recs)
         # request delivery: client send -> the server's arrival stamp (HTTP, parsing, queueing in the
         # server's event loop): the part of the client's TTFT that the server cannot see
@@ -250,7 +196,7 @@ def measure_mode(params: LabParams, mode_name: str, out_dir: Path, *, levels: Se
     for lv in out["levels"].values():
         lv["median_error"] = {}
         lv["worst_error"] = {}
-        for m in ACCURACY_METRICS:
+        for m in accuracy_metrics():
             errs = [r["error"][m] for r in lv["repeats"] if r["error"][m] is not None]
             lv["median_error"][m] = float(np.median(errs)) if errs else None
             lv["worst_error"][m] = float(max(errs, key=abs)) if errs else None
@@ -259,20 +205,21 @@ def measure_mode(params: LabParams, mode_name: str, out_dir: Path, *, levels: Se
 
 
 #: Metrics compared with the ground truth at open-loop rate points (:func:`measure_rates`), in table order.
-RATE_METRICS = ("offered_rate_req_s", "output_tok_s", "decode_tok_s", "ttft_ms", "tpot_ms", "accept_length",
+RATE_METRICS = ("offered_rate_req_s", "output_tok_s", "decode_tok_s", "p50_ttft_ms", "p50_tpot_ms", "accept_length",
                 "goodput_req_s")
 
 
 def _truth_rate_metrics(truth: Truth, recs: Sequence[Mapping[str, Any]], slo: Any, rate: float) -> dict[str, float | None]:
     """Ground truth of :data:`RATE_METRICS` for one open-loop run (its ok records).
 
-    ``offered_rate_req_s``: (n - 1) / (last - first server arrival stamp); ``ttft_ms``: median of
-    first_token - arrival; ``tpot_ms``: median of (last_token - first_token) / (N - 1);
+    ``offered_rate_req_s``: (n - 1) / (last - first server arrival stamp); the catalog's
+    counterparts (:meth:`lab.emulator.truth.Truth.run_metrics`) of ``output_tok_s``,
+    ``decode_tok_s``, ``p50_ttft_ms``, ``p50_tpot_ms`` and ``accept_length``;
     ``goodput_req_s``: requests whose truth TTFT and TPOT meet ``slo``
-    (:func:`lab.analysis.load.is_good`) / the offered duration ``n / rate`` (as the client's,
-    :func:`lab.analysis.load.run_load_metrics`).
+    (:func:`lab.measure.goodput.is_good`) / the offered duration ``n / rate`` (as the client's,
+    :func:`lab.measure.goodput.run_load_metrics`).
     """
-    from lab.analysis.load import is_good
+    from lab.measure.goodput import is_good
 
     reqs = [truth.requests[r["rid"]] for r in recs]
     arr = sorted(q["arrival"] for q in reqs)
@@ -280,11 +227,9 @@ def _truth_rate_metrics(truth: Truth, recs: Sequence[Mapping[str, Any]], slo: An
     tpot = [((q["last_token"] - q["first_token"]) * 1e3 / (q["completion_tokens"] - 1))
             if q["completion_tokens"] > 1 else 0.0 for q in reqs]
     window = len(reqs) / rate
-    base = truth_run_metrics(truth, [r["rid"] for r in recs])
+    base = truth.run_metrics([r["rid"] for r in recs])
     return {"offered_rate_req_s": (len(arr) - 1) / (arr[-1] - arr[0]) if len(arr) > 1 and arr[-1] > arr[0] else None,
-            "output_tok_s": base["output_tok_s"], "decode_tok_s": base["decode_tok_s"],
-            "ttft_ms": statistics.median(ttft), "tpot_ms": statistics.median(tpot),
-            "accept_length": base["accept_length"],
+            **{m: base[m] for m in RATE_METRICS if m in base},
             "goodput_req_s": sum(is_good(a, b, slo) for a, b in zip(ttft, tpot)) / window if window > 0 else None,
             "_good": [is_good(a, b, slo) for a, b in zip(ttft, tpot)]}
 
@@ -302,7 +247,7 @@ def measure_rates(params: LabParams, mode_name: str, out_dir: Path, *, rates: Se
       ``arrival_lag_ms`` = the emulator's arrival stamp - t_scheduled (what the server saw),
       p50/p99/max over requests;
     - :data:`RATE_METRICS` (client: :func:`client_run_metrics`, p50 TTFT/TPOT over requests and
-      :func:`lab.analysis.load.run_load_metrics`; truth: :func:`_truth_rate_metrics`), error =
+      :func:`lab.measure.goodput.run_load_metrics`; truth: :func:`_truth_rate_metrics`), error =
       client / truth - 1, and ``slo_disagreements``: requests the client and the truth classify
       differently under ``slo``. The client's offered rate is (n - 1) / (last - first t_send).
 
@@ -310,7 +255,7 @@ def measure_rates(params: LabParams, mode_name: str, out_dir: Path, *, rates: Se
     :returns: ``{"mode", "rates": {"r4": {"rate", "repeats": [...], "median_error", "worst_error",
         "lag": {...}}}, "fidelity"}``.
     """
-    from lab.analysis.load import is_good, run_load_metrics
+    from lab.measure.goodput import is_good, run_load_metrics
     from lab.workload.arrivals import arrival_times, rate_key
     from lab.workload.dataset import workload
 
@@ -329,10 +274,8 @@ def measure_rates(params: LabParams, mode_name: str, out_dir: Path, *, rates: Se
                     mode=mode_name, repeat=rep, arrivals=arrival_times(n_requests, rate, burstiness, rep))
                 server = server_timing(prom0, client.fetch_text(url + "/metrics"))
                 c = client_run_metrics(recs, server)
-                s = summarize_run(recs, wall_s=measured_window_s(recs), server=server)
                 sends = sorted(r["t_send"] for r in recs if r["t_send"] is not None)
-                c.update(run_load_metrics(recs, measured_window_s(recs), slo, rate), ttft_ms=s["p50_ttft_ms"],
-                         tpot_ms=s["p50_tpot_ms"],
+                c.update(run_load_metrics(recs, measured_window_s(recs), slo, rate),
                          offered_rate_req_s=(len(sends) - 1) / (sends[-1] - sends[0]) if len(sends) > 1 else None)
                 runs.append({"rate": rate, "repeat": rep, "records": recs, "client": c})
                 log(f"[accuracy] {mode_name} {rate_key(rate)} repeat {rep + 1}/{repeats}: goodput "
@@ -372,7 +315,7 @@ def error_table(modes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for md in modes:
         for key, lv in md["levels"].items():
-            for m in ACCURACY_METRICS:
+            for m in accuracy_metrics():
                 med = lv["median_error"].get(m)
                 if med is None:
                     continue

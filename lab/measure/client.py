@@ -63,6 +63,7 @@ except ImportError:  # pragma: no cover
 
 __all__ = [
     "NOT_SENT_PREFIX",
+    "StreamParser",
     "run_requests",
     "run_requests_sync",
     "fetch_text",
@@ -100,6 +101,89 @@ class _ConnectionRefused(Exception):
     """The server could not be reached at all (it died or never started)."""
 
 
+class StreamParser:
+    """SGLang's ``/generate`` event stream, line by line, into the client record's fields (the
+    wire format of the module docstring). Pure: no I/O, no clock; :func:`_one_request` feeds it
+    what it reads, and tests feed it a real server's captured stream
+    (``tests/fixtures/sglang-0.5.16/*/*/generate.stream.txt``).
+
+    :ivar chunks: content chunks ``[[t_s, n_tokens], ...]``: ``n_tokens`` is the delta of
+        ``meta_info.completion_tokens`` since the previous content chunk; a chunk adding none is
+        not a content chunk.
+    :ivar meta: the last chunk's ``meta_info`` ({} before any).
+    :ivar text: the output text (cumulative chunks replace it, incremental ones extend it).
+    :ivar done: ``data: [DONE]`` was seen.
+    :ivar error: why the stream is unusable (a server error in the stream, a malformed chunk), or None.
+    """
+
+    def __init__(self) -> None:
+        self.chunks: list[list[float]] = []
+        self.meta: dict[str, Any] = {}
+        self.text = ""
+        self.done = False
+        self.error: str | None = None
+        self._prev_tokens = 0
+        self._ids: list[int] | None = []  # None once a chunk's ids did not fit its token count
+        self._got_ids = False
+
+    def feed(self, t: float, line: bytes) -> bool:
+        """One line of the stream, received at ``t`` (seconds).
+
+        :returns: False once the stream is over (``[DONE]``, or an error: see :attr:`error`);
+            the caller stops reading then.
+        """
+        if not line.startswith(b"data:"):
+            return True  # blank separator lines, SSE comments
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            self.done = True
+            return False
+        try:
+            obj = _json_loads(data)
+            m = obj.get("meta_info")
+            if m is None:
+                err = obj.get("error")
+                if err is not None:
+                    msg = err.get("message", err) if isinstance(err, dict) else err
+                    self.error = f"server error in stream: {msg}"
+                    return False
+                raise ValueError("chunk has neither meta_info nor error")
+            ct = m["completion_tokens"]
+            n = ct - self._prev_tokens
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            self.error = f"malformed chunk ({type(exc).__name__}: {exc}): {data[:200]!r}"
+            return False
+        self.meta = m
+        oids = obj.get("output_ids")
+        if oids is not None and self._ids is not None:
+            self._got_ids = True
+            if len(oids) == ct:
+                self._ids = oids  # cumulative (SGLang's default)
+            elif len(oids) == n:
+                self._ids.extend(oids)  # --incremental-streaming-output
+            else:
+                self._ids = None  # neither: record no ids rather than wrong ones
+        if n > 0:
+            self.chunks.append([t, n])
+            self._prev_tokens = ct
+        delta_text = obj.get("text")
+        if delta_text:
+            # cumulative text (SGLang default) or delta (incremental streaming)
+            if delta_text.startswith(self.text):
+                self.text = delta_text
+            else:
+                self.text += delta_text
+        return True
+
+    def output_ids(self) -> list[int] | None:
+        """The generated token ids, when every chunk carried ids that fit and they number the
+        final ``completion_tokens``; else None."""
+        ids = self._ids
+        if self._got_ids and ids is not None and len(ids) == self.meta.get("completion_tokens"):
+            return ids
+        return None
+
+
 async def _one_request(
     session: aiohttp.ClientSession,
     url: str,
@@ -108,15 +192,9 @@ async def _one_request(
 ) -> None:
     """Send one streaming request and fill ``rec`` in place (never raises, except
     :class:`_ConnectionRefused` after recording the error)."""
-    chunks = rec["chunks"]
     perf = time.perf_counter
-    loads = _json_loads
-    prev_tokens = 0
-    text = ""
-    ids: list[int] | None = []  # None once a chunk's ids did not fit its token count
-    got_ids = False
-    meta: dict[str, Any] = {}
-    done = False
+    stream = StreamParser()
+    stream.chunks = rec["chunks"]
     error: str | None = None
     refused = False
     rec["t_send"] = perf()
@@ -126,53 +204,13 @@ async def _one_request(
                 body = (await resp.text(errors="replace"))[:_ERROR_BODY_CHARS]
                 error = f"HTTP {resp.status}: {body.strip()}"
             else:
+                feed = stream.feed
                 async for line in resp.content:
-                    t = perf()
-                    if not line.startswith(b"data:"):
-                        continue  # blank separator lines, SSE comments
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        done = True
+                    if not feed(perf(), line):
                         break
-                    try:
-                        obj = loads(data)
-                        m = obj.get("meta_info")
-                        if m is None:
-                            err = obj.get("error")
-                            if err is not None:
-                                msg = err.get("message", err) if isinstance(err, dict) else err
-                                error = f"server error in stream: {msg}"
-                                break
-                            raise ValueError("chunk has neither meta_info nor error")
-                        ct = m["completion_tokens"]
-                        n = ct - prev_tokens
-                    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                        error = f"malformed chunk ({type(exc).__name__}: {exc}): {data[:200]!r}"
-                        break
-                    meta = m
-                    oids = obj.get("output_ids")
-                    if oids is not None and ids is not None:
-                        got_ids = True
-                        if len(oids) == ct:
-                            ids = oids  # cumulative (SGLang's default)
-                        elif len(oids) == n:
-                            ids.extend(oids)  # --incremental-streaming-output
-                        else:
-                            ids = None  # neither: record no ids rather than wrong ones
-                    if n > 0:
-                        chunks.append([t, n])
-                        prev_tokens = ct
-                    delta_text = obj.get("text")
-                    if delta_text:
-                        # cumulative text (SGLang default) or delta (incremental streaming)
-                        if delta_text.startswith(text):
-                            text = delta_text
-                        else:
-                            text += delta_text
-                if error is None and not done:
-                    fr = meta.get("finish_reason")
-                    if fr is None:
-                        error = "stream ended before [DONE] and without finish_reason"
+                error = stream.error
+                if error is None and not stream.done and stream.meta.get("finish_reason") is None:
+                    error = "stream ended before [DONE] and without finish_reason"
     except aiohttp.ClientConnectorError as exc:
         error = f"connection failed: {exc}"
         refused = True
@@ -183,15 +221,15 @@ async def _one_request(
     except OSError as exc:  # connection reset surfacing as a bare OSError
         error = f"{type(exc).__name__}: {exc}"
     rec["t_end"] = perf()
+    meta = stream.meta
     fr = meta.get("finish_reason")
     if error is None and isinstance(fr, dict) and fr.get("type") == "abort":
         error = f"request aborted by server: {fr.get('message', fr)}"
     rec["meta_info"] = meta
     rec["completion_tokens"] = meta.get("completion_tokens")
     rec["prompt_tokens"] = meta.get("prompt_tokens")
-    rec["output_text"] = text
-    ct_final = meta.get("completion_tokens")
-    rec["output_ids"] = ids if got_ids and ids is not None and len(ids) == ct_final else None
+    rec["output_text"] = stream.text
+    rec["output_ids"] = stream.output_ids()
     rec["error"] = error
     rec["ok"] = error is None
     if refused:

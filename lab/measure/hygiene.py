@@ -17,6 +17,14 @@ Four checks that keep a run's numbers honest (issue 4, "Workload hygiene"):
   ``completion_tokens`` for every ok request (DESIGN.md, "Token accounting is checked").
 - :func:`dispatch_delay_summary`: time a request waited in the client before it was sent
   (``t_send - t_dispatch``), so client queueing never hides in latency figures.
+- :func:`stall_check` and the first-use rows of :func:`hygiene_warnings`: a one-time cost inside
+  a measured window (a kernel that SGLang or Triton compiles on its first use, through tvm-ffi or
+  Triton's JIT, or an allocation) shows as an iteration gap far above the run's median that no
+  joining request's prefill explains, or as a first repeat whose TTFT exceeds the later
+  repeats'. Seen on a real SGLang 0.5.16 (``tests/fixtures/sglang-0.5.16/``): the first batch of
+  8 at c=8 took 428 ms to its first token in repeat 0 against 281 and 218 ms in repeats 1 and 2,
+  because the warm-up had never run a batch of 8; the warm-up now runs every measured point once
+  (:func:`lab.pipeline.lifetime.warm_up`).
 
 Everything here is pure except :func:`warmup_until_stable`, which calls the function it is
 given to send requests.
@@ -43,6 +51,11 @@ __all__ = [
     "run_hygiene",
     "hygiene_warnings",
     "MIN_WAVES",
+    "stall_check",
+    "STALL_FACTOR",
+    "STALL_FLOOR_MS",
+    "FIRST_USE_RATIO",
+    "FIRST_USE_MIN_MS",
 ]
 
 
@@ -190,16 +203,110 @@ def warmup_until_stable(send: Callable[[int, int], list[dict[str, Any]]], *, bat
     return out
 
 
+#: An iteration gap is a stall when it exceeds both this multiple of the run's median ICL and
+#: the median plus :data:`STALL_FLOOR_MS` (a CUDA-graph decode step is steady to a few percent;
+#: the seeds' eager verify varied by less than 2x).
+STALL_FACTOR = 5.0
+STALL_FLOOR_MS = 50.0
+#: A point's first repeat reads as paying a first-use cost when its largest TTFT is this many
+#: times, and at least FIRST_USE_MIN_MS above, the median of the later repeats' largest TTFTs.
+FIRST_USE_RATIO = 1.5
+FIRST_USE_MIN_MS = 100.0
+
+
+def stall_check(records: Sequence[Mapping[str, Any]], *, factor: float = STALL_FACTOR,
+                floor_ms: float = STALL_FLOOR_MS) -> dict[str, Any]:
+    """Iteration gaps of one run that no joining request explains.
+
+    A gap between two chunks of a request is a stall when it exceeds
+    ``max(factor x median ICL, median ICL + floor_ms)`` over the run's ok requests and no other
+    request was waiting for its first token during it (sent before the gap ended, first chunk
+    after it began): a joining request's prefill legitimately holds the batch for its length,
+    and its first chunk may be streamed an iteration later. Gaps that several requests share (one engine stall seen by all) are
+    merged into one event.
+
+    :param records: client records of one (point, repeat) (docs/contracts.md); times in
+        ``perf_counter`` seconds.
+    :returns: ``{"median_icl_ms", "threshold_ms", "max_ttft_ms", "stalls": [{"start_s", "ms",
+        "requests"}]}`` (start in the records' clock); medians None without two chunks anywhere.
+    """
+    ok = [r for r in records if r.get("ok") and r.get("chunks")]
+    icl = [g for r in ok for g in request_metrics(r)["icl_ms"]]
+    ttfts = [v for v in (request_metrics(r)["ttft_ms"] for r in ok) if v is not None]
+    out: dict[str, Any] = {"median_icl_ms": None, "threshold_ms": None,
+                           "max_ttft_ms": max(ttfts) if ttfts else None, "stalls": []}
+    if not icl:
+        return out
+    med = float(np.median(icl))
+    thr = max(factor * med, med + floor_ms)
+    out.update(median_icl_ms=med, threshold_ms=thr)
+    prefill = [(r["t_send"], r["chunks"][0][0]) for r in ok if r.get("t_send") is not None]
+    events: list[dict[str, Any]] = []
+    for r in ok:
+        ch = r["chunks"]
+        for (a, _), (b, _) in zip(ch, ch[1:]):
+            gap = (b - a) * 1e3
+            if gap <= thr or any(sent < b and first > a and first != ch[0][0] for sent, first in prefill):
+                continue
+            for ev in events:  # the same engine stall seen by another request
+                if abs(ev["start_s"] - a) * 1e3 < med and abs(ev["ms"] - gap) < med:
+                    ev["requests"] += 1
+                    break
+            else:
+                events.append({"start_s": a, "ms": gap, "requests": 1})
+    out["stalls"] = sorted(events, key=lambda e: e["start_s"])
+    return out
+
+
+def _first_use_rows(per_run: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Warnings for one-time costs inside measured windows (see :func:`stall_check`)."""
+    out: list[str] = []
+    by_point: dict[str, list[Mapping[str, Any]]] = {}
+    for r in per_run:
+        key = r.get("point") or f"c{r.get('concurrency')}"
+        by_point.setdefault(str(key), []).append(r)
+    for key, runs in by_point.items():
+        runs = sorted(runs, key=lambda r: r.get("repeat") or 0)
+        st = [((r.get("hygiene") or {}).get("stalls") or {}) for r in runs]
+        with_stall = [r.get("repeat") for r, s in zip(runs, st) if s.get("stalls")]
+        worst = max((e["ms"] for s in st for e in s.get("stalls") or []), default=None)
+        if with_stall and len(runs) == 1:
+            out.append(f"{key}: a {worst:.0f} ms stall inside the measured window (median ICL "
+                       f"{st[0]['median_icl_ms']:.1f} ms, no joining request's prefill explains it); with one repeat "
+                       "a first-use cost cannot be told from a recurring one. Fix: raise bench.repeats")
+        elif with_stall and len(with_stall) < len(runs):
+            first = with_stall == [runs[0].get("repeat")]
+            out.append(f"{key}: a {worst:.0f} ms stall in repeat{'s' if len(with_stall) > 1 else ''} "
+                       f"{', '.join(str(x) for x in with_stall)} only (none in the others): "
+                       + ("a first-use cost (a kernel compiled on first use, an allocation) inside the measured window"
+                          if first else "a one-time stall inside the measured window")
+                       + "; that repeat's latency and throughput include it")
+        elif with_stall:
+            out.append(f"{key}: stalls of up to {worst:.0f} ms recur in every repeat (not a first-use cost): the "
+                       "engine pauses decoding for something other than a joining request's prefill")
+        ttft = [s.get("max_ttft_ms") for s in st]
+        if len(runs) >= 2 and ttft[0] is not None and all(t is not None for t in ttft[1:]):
+            later = float(np.median(ttft[1:]))
+            if ttft[0] > FIRST_USE_RATIO * later and ttft[0] - later >= FIRST_USE_MIN_MS:
+                out.append(f"{key}: repeat {runs[0].get('repeat')} waited {ttft[0]:.0f} ms for a first token against "
+                           f"{later:.0f} ms in the later repeats: a first-use cost (a kernel compiled on first use for "
+                           "a batch the warm-up never ran) inside the measured window; that repeat's TTFT and "
+                           "throughput include it")
+    return out
+
+
 def run_hygiene(records: Sequence[Mapping[str, Any]], *, ngram_n: int = 4, ngram_threshold: float = 0.5,
                 degenerate_max_fraction: float = 0.25) -> dict[str, Any]:
     """All per-run checks of one (mode, level, repeat): degenerate outputs, accounting, dispatch delay.
 
-    :returns: ``{"degenerate": {...}, "accounting": {...}, **dispatch_delay_summary}``
-        (see :func:`degenerate_check`, :func:`accounting_check`, :func:`dispatch_delay_summary`).
+    :returns: ``{"degenerate": {...}, "accounting": {...}, "stalls": {...}, **dispatch_delay_summary}``
+        (see :func:`degenerate_check`, :func:`accounting_check`, :func:`stall_check`,
+        :func:`dispatch_delay_summary`).
     """
     return {"degenerate": degenerate_check(records, n=ngram_n, threshold=ngram_threshold,
                                            max_fraction=degenerate_max_fraction),
             "accounting": accounting_check(records),
+            "stalls": stall_check(records),
             **dispatch_delay_summary(records)}
 
 
@@ -257,6 +364,7 @@ def hygiene_warnings(per_run: Sequence[Mapping[str, Any]], warmup: Mapping[str, 
                    "configured and latencies include client queueing. Fix: run the benchmark on an idle "
                    f"machine or core{'' if c == '1' else (', or lower concurrency' if lvl.startswith('c=') else ', or a lower rate')} "
                    "(p50/p99_dispatch_delay_ms are in the results)")
+    out += _first_use_rows(per_run)
     for r in per_run:
         h = r.get("hygiene") or {}
         where = f"c={r.get('concurrency')} repeat {r.get('repeat')}"

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable
 
-from lab.analysis.load import run_load_metrics
-from lab.engine.telemetry import GpuSampler
+from lab.measure.goodput import run_load_metrics
+from lab.engine.telemetry import GpuSampler, energy_per_token_mj
 from lab.measure import client, hygiene
 from lab.measure.records import measured_window_s, summarize_run
 from lab.measure.crosscheck import LogWindow, add_cross_checks, window_server_timing
@@ -144,7 +144,7 @@ def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], spe
     :returns: the repeat's summary (:func:`lab.measure.records.summarize_run` plus
         ``crosscheck``, ``hygiene``, ``gpu_telemetry``, ``concurrency``, ``repeat``,
         ``context_tokens``, ``max_new_tokens``, ``point``, ``request_rate`` and
-        :func:`lab.analysis.load.run_load_metrics`): one ``runs.json`` row.
+        :func:`lab.measure.goodput.run_load_metrics`): one ``runs.json`` row.
     :raises BenchError: the engine died or refused connections, or no request succeeded.
     """
     b, mode, c = bench, result.mode, point.concurrency
@@ -184,6 +184,9 @@ def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], spe
                    max_new_tokens=point.output_tokens, point=point.key, gpu_telemetry=gpu.summary(),
                    request_rate=point.request_rate,  # goodput under bench.slo etc. (lab/analysis/load.py)
                    **run_load_metrics(recs, window, b.slo, point.request_rate))
+    # GPU energy per output token over the window (NVML energy counters; None without them)
+    summary["energy_mj_per_output_token"] = energy_per_token_mj(summary["gpu_telemetry"],
+                                                                summary.get("completion_tokens_total") or 0)
     for flag in summary["crosscheck"]["flags"]:
         log(f"[lab] {mode} {point.key} repeat {rep}: CROSS-CHECK: {flag}")
     summary["hygiene"] = hygiene.run_hygiene(

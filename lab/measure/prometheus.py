@@ -193,7 +193,7 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot, *,
         of a ``target_verify`` category.
     :returns: the keys above, ``decode_iterations``, ``draft_incomplete`` and ``deltas`` (raw:
         ``forward_s`` by category, ``decode_cuda_graph_passes``, ``decode_none_passes``,
-        ``tp_rank``).
+        ``prefill_cuda_graph_passes``, ``prefill_none_passes``, ``tp_rank``).
     """
     b, a = _as_snapshot(before), _as_snapshot(after)
     ranks = _rank_selectors(b, a)
@@ -201,6 +201,10 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot, *,
     forward_s = {c: _delta_ranks(b, a, FORWARD_SECONDS, ranks, category=c) for c in categories}
     graph = _delta_ranks(b, a, CUDA_GRAPH_PASSES, ranks, mode="decode_cuda_graph")
     eager = _delta_ranks(b, a, CUDA_GRAPH_PASSES, ranks, mode="decode_none")
+    # prefill passes (metrics_collector.py increment_prefill_cuda_graph_pass): what a prefill
+    # costs per pass is fitted from them (lab/calibrate/fit.py)
+    prefill_graph = _delta_ranks(b, a, CUDA_GRAPH_PASSES, ranks, mode="prefill_cuda_graph")
+    prefill_eager = _delta_ranks(b, a, CUDA_GRAPH_PASSES, ranks, mode="prefill_none")
     if speculative is None:
         speculative = "target_verify" in forward_s
     iters = None if graph is None and eager is None else (graph or 0.0) + (eager or 0.0)
@@ -233,6 +237,8 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot, *,
             "forward_s": forward_s,
             "decode_cuda_graph_passes": graph,
             "decode_none_passes": eager,
+            "prefill_cuda_graph_passes": prefill_graph,
+            "prefill_none_passes": prefill_eager,
             "tp_rank": ranks[0].get("tp_rank"),
             "rank_selectors": ranks,
         },

@@ -28,7 +28,7 @@ class ModeResult:
     the prompts came from, their SHA-256 and per-index categories:
     :func:`lab.workload.sources.load_bench_prompts`), ``preflight``,
     ``environment_tags``, ``startup`` (phases, ``startup_s``), ``startup_s`` (s),
-    ``engine_version``, ``effective_config``, ``warmup``, ``profile``, ``levels`` (point key ->
+    ``engine_version``, ``effective_config``, ``warmup``, ``trace`` (``bench.trace``'s profiler trace), ``levels`` (point key ->
     :func:`lab.analysis.aggregate.aggregate_point`), ``ground_truth`` (emulator only),
     ``headline`` (flat ``{name: mean}``), ``warnings``, ``sentinel``, ``load`` (open-loop and SLO
     settings, :func:`lab.analysis.load.load_settings`); on failure ``error``,
@@ -52,7 +52,7 @@ class ModeResult:
     engine_version: str | None = None
     effective_config: dict[str, Any] | None = None
     warmup: dict[str, Any] | None = None
-    profile: dict[str, Any] | None = None
+    trace: dict[str, Any] | None = None
     levels: dict[str, dict[str, Any]] | None = None
     ground_truth: dict[str, Any] | None = None
     headline: dict[str, Any] | None = None

@@ -10,11 +10,11 @@ replay, against the bytes-moved floor.
 
 Modules: :mod:`~lab.physics.params` (the parameters' one schema, imported by :mod:`lab.config`),
 :mod:`~lab.physics.shapes` (byte arithmetic, pure Python),
-:mod:`~lab.physics.bench` (the torch stack and timing; torch imported lazily),
-:mod:`~lab.physics.report` (figures, Markdown), :mod:`~lab.physics.run`
-(:func:`run_physics`), :mod:`~lab.physics.args` (the options shared by both command lines),
-:mod:`~lab.physics.cli` (``python -m lab.physics``), :mod:`~lab.physics.profile` (torch-profiler
-traces, ``python -m lab.physics.profile``).
+:mod:`~lab.physics.stack_bench` (the torch stack and timing; torch imported lazily),
+:mod:`~lab.physics.stack_report` (figures, Markdown), :mod:`~lab.physics.run`
+(:func:`run_physics`), :mod:`~lab.physics.stack_options` (the options shared by both command lines),
+:mod:`~lab.physics.stack_cli` (``python -m lab.physics``), :mod:`~lab.physics.kernel_traces` (torch-profiler
+traces, ``python -m lab.physics.kernel_traces``).
 
 Importing this package needs only the standard library; figures need matplotlib and
 seaborn, the CLI's ``--params`` needs pyyaml, and measuring needs torch. It never imports
@@ -24,9 +24,10 @@ built from it; :mod:`lab.pipeline.physics` validates, runs and records the stage
 """
 
 # Names resolve on first use (PEP 562), so importing one submodule (lab.config imports
-# lab.physics.params) does not run the others: the bench stages never execute report or run.
+# lab.physics.params) does not run the others: the bench stages never execute stack_report or run.
 _WHERE = {
-    "FIGURE_FILES": "report", "make_figures": "report", "markdown_report": "report", "plot_overview": "report",
+    "FIGURE_FILES": "stack_report", "make_figures": "stack_report", "markdown_report": "stack_report",
+    "plot_overview": "stack_report",
     "STATUS_NO_CUDA": "run", "STATUS_NO_TORCH": "run", "STATUS_OK": "run", "run_physics": "run",
     "write_metrics": "run",
     "DTYPE_BYTES": "params", "PHYSICS_DEFAULTS": "params", "PhysicsConfig": "params",

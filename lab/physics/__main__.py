@@ -1,5 +1,5 @@
-"""``python -m lab.physics``: see :mod:`lab.physics.cli`."""
+"""``python -m lab.physics``: see :mod:`lab.physics.stack_cli`."""
 
-from lab.physics.cli import main
+from lab.physics.stack_cli import main
 
 raise SystemExit(main())

@@ -82,18 +82,18 @@ def _probe_torch() -> tuple[bool, bool, int]:
 
 
 def _remove_figures(out: Path) -> None:
-    from lab.physics.report import FIGURE_FILES
+    from lab.physics.stack_report import FIGURE_FILES
 
     for name in FIGURE_FILES:
         (out / name).unlink(missing_ok=True)
 
 
 def _profile(cfg: PhysicsConfig, out: Path, iters: int, allow_cpu: bool, log: Callable[[str], Any]) -> dict[str, Any]:
-    """Per-case summaries of :func:`lab.physics.profile.capture_profiles` (traces in ``out``)."""
+    """Per-case summaries of :func:`lab.physics.kernel_traces.capture_profiles` (traces in ``out``)."""
     if cfg.tp != 1:
         return {"status": f"not run: the profiler capture runs at tp 1 (tp={cfg.tp})"}
     try:
-        from lab.physics.profile import capture_profiles, plot_cases
+        from lab.physics.kernel_traces import capture_profiles, plot_cases
 
         res = capture_profiles(cfg, out, iters=iters, allow_cpu=allow_cpu, log=log)
         if res.get("cases") and res.get("device", {}).get("type") == "cuda":
@@ -122,7 +122,7 @@ def run_physics(params: PhysicsConfig | Mapping[str, Any], out_dir: str | Path, 
         use tiny shapes).
     :param figures: draw the figures (only for status ``ok``).
     :param profile_iters: after a measured run at tp 1, capture ``profile_iters`` forwards per
-        case under torch.profiler (:mod:`lab.physics.profile`: T=1 graph and eager, T=3 eager
+        case under torch.profiler (:mod:`lab.physics.kernel_traces`: T=1 graph and eager, T=3 eager
         and graph) into ``<out_dir>/profile/``; its per-case summary goes to
         ``metrics["profile"]`` (a failure there is recorded, not raised). 0 skips it.
     :returns: the metrics dict also written to ``metrics.json``:
@@ -139,7 +139,7 @@ def run_physics(params: PhysicsConfig | Mapping[str, Any], out_dir: str | Path, 
     cfg = params if isinstance(params, PhysicsConfig) else PhysicsConfig.from_mapping(params)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    from lab.physics.bench import set_nccl_safety_env
+    from lab.physics.stack_bench import set_nccl_safety_env
 
     set_nccl_safety_env()  # before any process group, in this process and the ranks it spawns
     metrics: dict[str, Any] = {"status": None, "what": WHAT, "written_at": _now(), "params": cfg.as_dict()}
@@ -161,7 +161,7 @@ def run_physics(params: PhysicsConfig | Mapping[str, Any], out_dir: str | Path, 
         return not_run(f"not run: tp={cfg.tp} needs {cfg.tp} CUDA devices, found {n_gpu}")
 
     try:
-        from lab.physics import bench
+        from lab.physics import stack_bench as bench
 
         if cfg.tp > 1:
             res = bench.measure_tp(cfg, backend="nccl" if has_cuda else "gloo")
@@ -195,7 +195,7 @@ def run_physics(params: PhysicsConfig | Mapping[str, Any], out_dir: str | Path, 
     metrics["figures"] = []
     write_metrics(metrics, out)
     if figures:
-        from lab.physics.report import make_figures
+        from lab.physics.stack_report import make_figures
 
         metrics["figures"] = make_figures(metrics, out)
         write_metrics(metrics, out)

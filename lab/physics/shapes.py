@@ -1,7 +1,7 @@
 """Shape arithmetic of the physics stage (pure Python, no torch); its parameters are
 :class:`lab.physics.params.PhysicsConfig` (re-exported here).
 
-The layer stack measured by :mod:`lab.physics.bench` is the per-GPU shard of a
+The layer stack measured by :mod:`lab.physics.stack_bench` is the per-GPU shard of a
 Kimi-K2.5-shaped decoder under Megatron-style tensor parallelism. This module turns its
 parameters into bytes (weights, KV cache) and into the bytes-moved floor: the time one
 forward needs if it did nothing but read those bytes once at the measured device copy

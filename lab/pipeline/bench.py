@@ -35,10 +35,11 @@ from lab.analysis.aggregate import aggregate_levels, ground_truth, headline
 from lab.analysis.load import load_settings
 from lab.config import LabParams, repo_root
 from lab.engine.command import build_server_command
+from lab.engine.registry import engine_for
 from lab.measure import hygiene
 from lab.measure.point import measure_point, measurement_points
 from lab.measure.result import ModeResult
-from lab.pipeline.lifetime import capture_profile, check_writable, engine, prepare, warm_up
+from lab.pipeline.lifetime import capture_trace, check_writable, engine, prepare, warm_up
 from lab.tracking.grouping import mode_run_name
 from lab.tracking.params_log import mode_run_params
 from lab.tracking.record import log_engine, record
@@ -46,7 +47,7 @@ from lab.tracking.runs import TrackingError, run_tags
 from lab.tracking.tracker import Tracker
 from lab.workload.sources import dataset_params, emulator_prompt_file, load_bench_prompts
 
-__all__ = ["run_mode"]
+__all__ = ["run_mode", "launch_setup"]
 
 
 def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[str], *,
@@ -70,9 +71,9 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     prompts, dataset_info = load_bench_prompts(params.bench, root)  # file or HF id (lab/workload/sources.py)
     tracker = Tracker.from_params(params, root)  # this stage's MLflow client and parent run
     run = tracker.open_run(mode_run_name(params, mode_name), run_tags(params, mode=mode_name), base=out)
-    truth_path = out / "ground_truth.jsonl" if params.engine == "emulator" else None
+    truth_path = out / "ground_truth.jsonl" if engine_for(params).ground_truth else None
     cmd = build_server_command(params, mode_name, ground_truth_file=truth_path,
-                               prompt_file=emulator_prompt_file(params, prompts, root, out))
+                               prompt_file=emulator_prompt_file(params.bench, prompts, root, out) if engine_for(params).modelled else None)
     res = ModeResult(mode=mode_name, engine=params.engine, mlflow_run_id=run.run_id, server_command=cmd.display(),
                      dataset=dataset_info)
     try:
@@ -81,7 +82,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
         prepare(params, cmd, out, res, log)
         with engine(params, cmd, out, res, log) as srv:
             log_engine(run, res)
-            warm_up(srv, params, prompts, out, res, log)
+            warm_up(srv, params.bench, prompts, out, res, log)
             res.load = load_settings(params.bench)  # the SLO the compare stage judges goodput by
             with open(out / "requests.jsonl", "a") as req_file:
                 for point in measurement_points(params.bench):
@@ -89,7 +90,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                         res.runs.append(measure_point(
                             srv, point, rep, bench=params.bench, prompts=prompts, out=out, req_file=req_file,
                             speculative=params.mode(mode_name).is_speculative, result=res, log=log))
-            capture_profile(srv, params, prompts, out, res, log)
+            capture_trace(srv, params.bench, prompts, out, res, log, modelled=engine_for(params).modelled)
         _aggregate(params, tracker, res, truth_path, log)
     except BaseException as exc:
         res.fail(exc, levels_partial=aggregate_levels(res.runs))
@@ -114,4 +115,30 @@ def _aggregate(params: LabParams, tracker: Tracker, res: ModeResult, truth_path:
     for w in res.warnings:
         log(f"[lab] WARNING {res.mode}: {w}")
     res.status = "ok"
-    res.sentinel = sentinel.check(params, res.to_dict(), run_id=res.mlflow_run_id, tracker=tracker, log=log)
+    res.sentinel = sentinel.check(res.to_dict(), bench=params.bench, setup=launch_setup(params, res.mode),
+                                  run_id=res.mlflow_run_id, root=repo_root(), tracker=tracker, log=log)
+
+
+def launch_setup(params: LabParams, mode_name: str | None) -> dict[str, Any]:
+    """What besides the server's resolved arguments and the workload shapes a launch: the
+    mode's flags, the model, the server's environment and extra args (credentials
+    redacted), for the emulator the cost profile's name and its fault list, and the path and
+    SHA-256 of every file a param points at (``param_files``: :func:`lab.inputs.file_digests`):
+    what the regression sentinel hashes beside the workload (:func:`lab.analysis.sentinel.check`)."""
+    from lab.inputs import file_digests, param_files
+    from lab.redact import redact_argv, redact_env
+
+    setup: dict[str, Any] = {
+        "mode": params.mode(mode_name).model_dump() if mode_name and mode_name in params.modes else None,
+        "model": params.model.model_dump(),
+        "server_env": redact_env(dict(params.server.env or {})),
+        "server_extra_args": redact_argv(list(params.server.extra_args or [])),
+        "server_limits": {k: getattr(params.server, k, None) for k in
+                          ("mem_fraction_static", "max_running_requests", "cuda_graph_max_bs_decode", "context_length")},
+    }
+    if engine_for(params).modelled:
+        setup["emulator_profile"] = params.emulator.profile
+        setup["emulator_faults"] = list(params.emulator.faults or [])
+    root = repo_root()
+    setup["param_files"] = file_digests(param_files(params, root), root)  # the profile's content, ...
+    return setup

@@ -3,7 +3,7 @@
 Imports only what one mode's benchmark runs (its preflight, the engine command and process,
 the runner in :mod:`lab.pipeline.stage`); the notebook ``notebooks/bench.ipynb`` imports the
 rest (:mod:`lab.pipeline.bench`). ``dvc.yaml`` lists exactly that code as the stage's deps,
-checked by ``tests/test_dvc_deps.py``.
+checked by ``tests/unit/test_dvc_deps.py``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The compare stage end to end (what ``notebooks/compare.ipynb`` calls): the comparison of
-:mod:`lab.analysis.compare`, then figures and report (:mod:`lab.report`), the summary files
+:mod:`lab.analysis.comparison`, then figures and report (:mod:`lab.report`), the summary files
 (:mod:`lab.report.tables`) and the MLflow comparison run (:mod:`lab.tracking.compare_log`).
 
 Inputs are ``results/<mode>/result.json``, ``runs.json`` and ``requests.jsonl`` written by
@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lab.analysis.compare import (add_lossless, engine_caption, lean_numbers, load_results, requests_frame,
+from lab.analysis.comparison import (add_lossless, engine_caption, lean_numbers, load_results, requests_frame,
                                   runs_frame, summarize)
 from lab.analysis.load import add_load
 from lab.analysis.paired import add_paired
@@ -36,14 +36,14 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     :param modes: the modes to compare (each needs ``results/<mode>/result.json`` with status ok).
     :param results_dir, reports_dir: relative paths resolve against the repository root.
     :param track: log the MLflow comparison run (and finish the pipeline's parent run).
-    :returns: the summary of :func:`lab.analysis.compare.summarize` with ``paired`` speedups,
+    :returns: the summary of :func:`lab.analysis.comparison.summarize` with ``paired`` speedups,
         ``caption``, ``effective_config``, ``warnings``, ``lossless``, ``figures`` (name -> path),
-        ``profile`` and, when logged, ``mlflow_run_id``.
-    :raises lab.analysis.compare.CompareError: a mode's results are missing or failed.
+        ``trace`` and, when logged, ``mlflow_run_id``.
+    :raises lab.analysis.comparison.CompareError: a mode's results are missing or failed.
     :raises lab.tracking.runs.TrackingError: MLflow failed; every file is written first, and
         the message names the ``lab log`` command.
     """
-    from lab.profiling.report import profile_section  # bench.profile traces, when captured
+    from lab.profiling.report import trace_section  # bench.trace profiler traces, when captured
     from lab.report import figures
     from lab.report import html as report
     from lab.report.answer import answer_markdown
@@ -60,22 +60,23 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     baseline = params.baseline_mode if params.baseline_mode in modes else None
     summary = summarize(results, runs, baseline)
     add_paired(summary, res_dir, baseline)  # per-prompt speedup beside the per-repeat one
-    summary["caption"] = engine_caption(results, params)
+    summary["caption"] = engine_caption(results, params.emulator.profile)
     summary["effective_config"] = {m: r.get("effective_config") for m, r in results.items()}
     summary["warnings"] = {m: r["warnings"] for m, r in results.items() if r.get("warnings")}  # hygiene, per mode
-    add_lossless(summary, params, res_dir, modes, baseline)  # output ids vs the baseline's (issue 15)
+    add_lossless(summary, res_dir, modes, baseline, bench=params.bench, lossless=params.lossless,  # issue 15
+                 simulated={m for m, p in params.modes.items() if p.simulate_accept_length is not None})
     summary["figures"] = figures.draw_all(primary_runs(runs), requests_frame(res_dir, modes), primary_summary(summary),
                                           rep_dir / "figures")
-    summary["figures"].update(report.explain_figures(params, runs, summary, rep_dir / "figures"))
+    summary["figures"].update(report.explain_figures(params.modes, runs, summary, rep_dir / "figures"))
     from lab.analysis.taskmix import add_taskmix, taskmix_metrics  # per prompt category
-    from lab.report.taskmix import draw_taskmix, write_categories_csv
+    from lab.report.task_categories import draw_taskmix, write_categories_csv
 
     write_categories_csv(add_taskmix(summary, results, res_dir, requests_frame(res_dir, modes)),
                          rep_dir / "categories.csv")  # dvc plots
     summary["figures"].update(draw_taskmix(summary, rep_dir / "figures"))
-    summary["profile"] = profile_section(results, rep_dir / "figures", baseline=baseline, caption=summary["caption"])
-    if summary["profile"] and summary["profile"]["figure"]:
-        summary["figures"]["verify_time_breakdown"] = summary["profile"]["figure"]
+    summary["trace"] = trace_section(results, rep_dir / "figures", baseline=baseline, caption=summary["caption"])
+    if summary["trace"] and summary["trace"]["figure"]:
+        summary["figures"]["verify_time_breakdown"] = summary["trace"]["figure"]
     # open-loop load: goodput under bench.slo, "beats up to N req/s", the Pareto points and figures
     summary["load_flat"], pareto = add_load(summary, runs, results, baseline)
     if pareto is not None:
@@ -89,7 +90,7 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     write_csv(lossless_rows(summary.get("lossless")), rep_dir / "lossless.csv", LOSSLESS_COLUMNS)  # dvc plots
     # Opens with the answer (each warning once, naming its modes), then the full table.
     write_summary_markdown(rep_dir / "summary.md", answer_markdown(summary, "report.html"), summary["rows"], baseline)
-    report.write_report(params, summary, rep_dir / "report.html")
+    report.write_report(summary, rep_dir / "report.html", engine=params.engine, modes=params.modes)
     error = None
     if track:
         from lab.tracking.compare_log import log_comparison

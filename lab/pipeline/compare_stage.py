@@ -3,7 +3,7 @@
 Imports only what the comparison runs (loading every mode's results, the report, the
 runner in :mod:`lab.pipeline.stage`, the sweep check); the notebook
 ``notebooks/compare.ipynb`` imports the rest. ``dvc.yaml`` lists exactly that code as the
-stage's deps, checked by ``tests/test_dvc_deps.py``.
+stage's deps, checked by ``tests/unit/test_dvc_deps.py``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def compare_stage(params: LabParams, params_file: str | None = None) -> Stage:
 
         :raises PreflightFailed: naming the missing or failed mode.
         """
-        from lab.analysis.compare import CompareError, load_results
+        from lab.analysis.comparison import CompareError, load_results
 
         try:
             load_results(root / "results", list(params.modes))

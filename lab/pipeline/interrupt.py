@@ -5,7 +5,7 @@ Process tree of ``dvc repro`` (each arrow a fork; kernels and engines start new 
     dvc ─► python -m lab.pipeline.bench_stage (papermill) ─► ipykernel (own session)
                                                      └─► engine (own session, recorded in .cache/servers)
 
-What reaches the engine, per signal (``tests/test_interrupt.py`` proves each):
+What reaches the engine, per signal (``tests/e2e/test_interrupt.py`` proves each):
 
 - Ctrl-C in the terminal sends SIGINT to dvc's process group: dvc and the stage get it,
   the kernel (own session) does not. The stage's handler (:func:`forward_signals`)

@@ -13,7 +13,7 @@ function that fills in the mode's :class:`lab.measure.result.ModeResult`:
   read back from ``/server_info`` (:mod:`lab.engine.effective`, :mod:`lab.tracking.versions`);
   the engine group is stopped on leaving, however it is left;
 - :func:`warm_up` until the engine's speed is stable (:mod:`lab.measure.hygiene`);
-- :func:`capture_profile`: the optional torch-profiler trace (:mod:`lab.profiling.capture`).
+- :func:`capture_trace`: the optional torch-profiler trace (:mod:`lab.measure.trace_capture`).
 
 It lives in ``pipeline/`` (not ``engine/``) because it wires engine, measure and workload
 modules together; the engine modules it calls know nothing of a mode's result.
@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from lab.config import LabParams
+from lab.config import BenchParams, LabParams
 from lab.engine.effective import effective_config
 from lab.engine.envcapture import capture_environment
 from lab.engine.preflight import format_table, run_preflight
@@ -41,7 +41,7 @@ from lab.pipeline.staging import check_output_dir
 from lab.tracking.versions import version_tags
 from lab.workload.dataset import workload
 
-__all__ = ["check_writable", "prepare", "engine", "warm_up", "capture_profile", "sigterm_as_exit"]
+__all__ = ["check_writable", "prepare", "engine", "warm_up", "capture_trace", "sigterm_as_exit"]
 
 
 @contextmanager
@@ -113,12 +113,12 @@ def engine(params: LabParams, cmd: ServerCommand, out: Path, result: ModeResult,
         yield srv
 
 
-def warm_up(srv: ServerProcess, params: LabParams, prompts: list[str], out: Path, result: ModeResult,
+def warm_up(srv: ServerProcess, bench: BenchParams, prompts: list[str], out: Path, result: ModeResult,
             log=print) -> None:
     """Warm-up requests until the decode speed is stable (``bench.warmup_*``;
     :func:`lab.measure.hygiene.warmup_until_stable`) into ``result.warmup``; nothing when
     ``bench.warmup_requests`` is 0. :raises BenchError: the engine died meanwhile."""
-    b, mode = params.bench, result.mode
+    b, mode = bench, result.mode
     if not b.warmup_requests:
         return
     result.warmup = hygiene.warmup_until_stable(
@@ -129,19 +129,57 @@ def warm_up(srv: ServerProcess, params: LabParams, prompts: list[str], out: Path
             rid_prefix=f"{mode}-warmup{i}", progress_desc=None, mode=mode),
         batch=b.warmup_requests, cv_threshold=b.warmup_cv_threshold, window=b.warmup_window,
         max_requests=max(b.warmup_max_requests, b.warmup_requests), log=log)
+    result.warmup["points"] = warm_up_points(srv, b, prompts, mode, log)
     check_alive(srv, f"{mode} warm-up", out)
 
 
-def capture_profile(srv: ServerProcess, params: LabParams, prompts: list[str], out: Path, result: ModeResult,
-                    log=print) -> None:
-    """With ``bench.profile``: a torch-profiler trace via SGLang's ``/start_profile``
-    (:func:`lab.profiling.capture.capture_profile`) into ``out/profile`` and ``result.profile``."""
-    b = params.bench
-    if not b.profile:
-        return
-    from lab.profiling.capture import capture_profile as capture
+def warm_up_points(srv: ServerProcess, bench, prompts: list, mode: str, log=print) -> list[dict]:
+    """One pass of every measured point before any is measured, with other prompts: its
+    concurrency (one full batch), context and output length, or its arrival schedule. SGLang
+    compiles some kernels on first use (tvm-ffi, Triton), once per new shape; the ICL-stable
+    warm-up above runs one concurrency only, and on a real SGLang 0.5.16 the first batch of 8
+    then paid 428 ms to its first token inside c=8's first measured repeat (250 ms in the later
+    ones; :mod:`lab.measure.hygiene`, first-use rows).
 
-    result.profile = capture(
-        srv.base_url, out / "profile", mode=result.mode, modelled=params.engine == "emulator",
-        texts=workload(prompts, b.profile_requests, b.seed + 20_000), max_new_tokens=b.profile_max_new_tokens,
+    :returns: per point ``{"point", "requests", "max_ttft_ms", "stalls"}`` (the stalls the pass
+        absorbed, :func:`lab.measure.hygiene.stall_check`).
+    """
+    from lab.measure.point import measurement_points
+    from lab.workload.arrivals import arrival_times
+    from lab.workload.context import pad_prompt
+    from lab.workload.dataset import output_lengths
+
+    rows = []
+    for i, point in enumerate(measurement_points(bench)):
+        n = max(point.concurrency, 2) if point.request_rate is None else bench.num_prompts
+        seed = bench.seed + 30_000 + i
+        texts = [(j, pad_prompt(t, point.context_tokens)) for j, t in workload(prompts, n, seed)]
+        recs = client.run_requests_sync(
+            srv.base_url, texts, concurrency=point.concurrency,
+            max_new_tokens=output_lengths(len(texts), point.output_tokens, bench.output_tokens_spread, seed),
+            temperature=bench.temperature, timeout_s=bench.request_timeout_s, rid_prefix=f"{mode}-warmup-{point.key}",
+            progress_desc=None, mode=mode,
+            arrivals=None if point.request_rate is None else arrival_times(len(texts), point.request_rate,
+                                                                           bench.burstiness, seed))
+        st = hygiene.stall_check(recs)
+        rows.append({"point": point.key, "requests": n, "max_ttft_ms": st["max_ttft_ms"],
+                     "stalls": [round(e["ms"], 1) for e in st["stalls"]]})
+        log(f"[lab] warm-up {point.key}: {n} requests, first token within {st['max_ttft_ms'] or 0:.0f} ms"
+            + (f", absorbed stalls of {rows[-1]['stalls']} ms" if st["stalls"] else ""))
+    return rows
+
+
+def capture_trace(srv: ServerProcess, bench: BenchParams, prompts: list[str], out: Path, result: ModeResult,
+                    log=print, *, modelled: bool) -> None:
+    """With ``bench.trace``: a torch-profiler trace via SGLang's ``/start_profile``
+    (:func:`lab.measure.trace_capture.capture_trace`) into ``out/trace`` and ``result.trace``;
+    ``modelled``: the engine is the emulator (its trace is a model, and says so)."""
+    b = bench
+    if not b.trace:
+        return
+    from lab.measure.trace_capture import capture_trace as capture
+
+    result.trace = capture(
+        srv.base_url, out / "trace", mode=result.mode, modelled=modelled,
+        texts=workload(prompts, b.trace_requests, b.seed + 20_000), max_new_tokens=b.trace_max_new_tokens,
         temperature=b.temperature, request_timeout_s=b.request_timeout_s, log=log)

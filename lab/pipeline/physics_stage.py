@@ -3,7 +3,7 @@
 Imports only what the GPU microbenchmark stage runs (:mod:`lab.physics`, its MLflow logging,
 the runner in :mod:`lab.pipeline.stage`); the notebook ``notebooks/physics.ipynb`` imports
 the rest. ``dvc.yaml`` lists exactly that code as the stage's deps, checked by
-``tests/test_dvc_deps.py``.
+``tests/unit/test_dvc_deps.py``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 fast checks, then execute its notebook through papermill's Python API.
 
 ``dvc.yaml`` calls one entry module per stage, each importing only its own stage's code so
-that each stage's ``deps`` can list exactly the code it runs (``tests/test_dvc_deps.py``):
+that each stage's ``deps`` can list exactly the code it runs (``tests/unit/test_dvc_deps.py``):
 ``python -m lab.pipeline.bench_stage --mode <name>`` (:mod:`lab.pipeline.bench_stage`),
 ``python -m lab.pipeline.compare_stage`` (:mod:`lab.pipeline.compare_stage`) and
 ``python -m lab.pipeline.physics_stage`` (:mod:`lab.pipeline.physics_stage`). This module

@@ -134,11 +134,14 @@ def _strip_block(lines: list[str]) -> list[str]:
     return lines[:i] + lines[j + 1:]
 
 
-def write_modes(params_path: Path, *, clear: bool = False) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def write_modes(params_path: Path, *, clear: bool = False,
+                order: list[str] | None = None) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Write (or with ``clear`` remove) the generated modes in ``params_path``'s ``modes`` block.
 
     Only the lines between :data:`BEGIN` and :data:`END` change; the result is re-read and
-    validated with :func:`lab.config.load_params` before the file is replaced.
+    validated with :func:`lab.config.load_params` before the file is replaced. ``order``: mode
+    names to write first, in that order (``lab sweep --order``: by prediction,
+    :mod:`lab.calibrate.order`); the others follow in grid order.
 
     :returns: (the generated modes, the drop notes).
     :raises ParamsError: no ``sweep`` section (unless clearing), no ``modes:`` block, a
@@ -150,6 +153,8 @@ def write_modes(params_path: Path, *, clear: bool = False) -> tuple[dict[str, di
     raw = yaml.safe_load(text) or {}
     lines = _strip_block(text.splitlines())
     modes, notes = ({}, []) if clear else expand(raw.get("sweep") or _missing_sweep())
+    if order:
+        modes = {**{n: modes[n] for n in order if n in modes}, **{n: m for n, m in modes.items() if n not in order}}
     if not clear:
         hand = {k for k in (yaml.safe_load("\n".join(lines)) or {}).get("modes", {})}
         clash = sorted(hand & set(modes))

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from lab.atomic import savefig_atomic
 
-__all__ = ["stage_rows", "markdown_table", "where_time_goes", "plot_time_breakdown", "profile_section", "FIGURE_FILE"]
+__all__ = ["stage_rows", "markdown_table", "where_time_goes", "plot_time_breakdown", "trace_section", "FIGURE_FILE"]
 
 FIGURE_FILE = "verify_time_breakdown.png"
 
@@ -133,19 +133,19 @@ def plot_time_breakdown(rows: list[dict[str, Any]], path: str | Path, *, title: 
     return out
 
 
-def profile_section(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *, baseline: str | None,
+def trace_section(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *, baseline: str | None,
                     caption: str) -> dict[str, Any] | None:
-    """The report's profiling section from each mode's ``result.json`` (``result["profile"]``,
-    written by ``bench.profile``); None when no mode was profiled.
+    """The report's profiling section from each mode's ``result.json`` (``result["trace"]``,
+    written by ``bench.trace``); None when no mode was profiled.
 
-    :param results: ``{mode: result}`` (:func:`lab.analysis.compare.load_results`).
+    :param results: ``{mode: result}`` (:func:`lab.analysis.comparison.load_results`).
     :param out_dir: where the figure goes (``verify_time_breakdown.png``).
     :param baseline: the plain-decoding mode whose DECODE step each VERIFY step is compared with.
     :param caption: the engine caption; the figure's caption adds "MODELLED" for emulator traces.
     :returns: ``{"modelled", "rows" (:func:`stage_rows`), "markdown", "sentences" ({mode: str}),
         "failed" ({mode: status}), "traces" ({mode: path}), "figure" (path or None)}``.
     """
-    prof = {m: r.get("profile") for m, r in results.items() if r.get("profile")}
+    prof = {m: r.get("trace") for m, r in results.items() if r.get("trace")}
     if not prof:
         return None
     ok = {m: p for m, p in prof.items() if p.get("status") == "ok" and p.get("analysis")}
@@ -163,11 +163,11 @@ def profile_section(results: Mapping[str, Mapping[str, Any]], out_dir: str | Pat
     figure = None
     plot_rows = [r for r in rows if r["stage"] != "EXTEND"]
     if plot_rows:
-        note = (" Profiler traces MODELLED by the SGLang emulator from its cost profile (lab/emulator/trace.py): "
+        note = (" Profiler traces MODELLED by the SGLang emulator from its cost profile (lab/emulator/modelled_trace.py): "
                 "not a GPU measurement." if modelled else " Profiler traces captured with SGLang's /start_profile.")
         figure = str(plot_time_breakdown(plot_rows, Path(out_dir) / FIGURE_FILE,
                                          title="Where each step's time goes (medians over the traced steps)",
                                          caption=caption + note))
     return {"modelled": modelled, "rows": rows, "markdown": markdown_table(rows), "sentences": sentences,
             "failed": {m: p.get("status") for m, p in prof.items() if m not in ok},
-            "traces": {m: p.get("trace") for m, p in ok.items()}, "figure": figure}
+            "traces": {m: p.get("file") for m, p in ok.items()}, "figure": figure}

@@ -3,7 +3,7 @@
 Input: the JSON that ``torch.profiler.profile(...).export_chrome_trace(path)`` writes (SGLang
 0.5.23 writes it gzipped as ``<profile_id>-TP-<rank>.trace.json.gz``,
 ``sglang/srt/managers/scheduler_components/profiler_manager.py:352-368``), or the emulator's
-trace in the same format (:mod:`lab.emulator.trace`). The events used (Chrome trace "X"
+trace in the same format (:mod:`lab.emulator.modelled_trace`). The events used (Chrome trace "X"
 complete events, ``ts``/``dur`` in microseconds):
 
 - ``cat == "kernel"`` (and ``gpu_memcpy`` / ``gpu_memset``): work on a GPU stream, with

@@ -6,23 +6,25 @@ the compare stage, :mod:`lab.pipeline.compare_stage`), the top of ``reports/repo
 :func:`lab.pipeline.compare.run_compare` returns and writes to ``reports/comparison.json``:
 
 - ``baseline``: the baseline mode's name (None: no speedups);
-- ``modes``: ``{mode: {point: entry}}``; an entry holds ``concurrency``, the means
-  ``accept_length`` / ``verify_ms`` (``{"mean": ...}``) and one ``speedup_<metric>`` per
-  compared throughput (``{"ratio", "ci95_lo", "ci95_hi", "verdict"}``);
+- ``modes``: ``{mode: {point: entry}}``; an entry holds ``concurrency``, the means of the
+  metrics :mod:`lab.catalog` states in the answer (``{"mean": ...}``: accept length, verify
+  ms) and the speedups of the others (``speedup_<metric>``, ``paired_speedup_<metric>``:
+  ``{"ratio", "ci95_lo", "ci95_hi", "verdict"}``);
 - ``load``: :func:`lab.analysis.load.add_load`'s section; its ``sentences`` (one per
   speculative mode: "eagle3_decode beats baseline up to N req/s at this SLO (...)") are
   stated after the per-concurrency lines (None or absent: no rate points);
 - ``lossless`` (optional): :func:`lab.analysis.lossless.check_lossless`'s dict; each mode's
   ``line`` is stated under the mode;
 - ``taskmix`` (optional): per-category rows of :func:`lab.analysis.taskmix.add_taskmix`,
-  rendered by :mod:`lab.report.taskmix` as the "Per task category" lines;
+  rendered by :mod:`lab.report.task_categories` as the "Per task category" lines;
 - ``warnings``: ``{mode: [text, ...]}`` (measurement hygiene, lossless check); ``notice``: a sentence
   when two modes resolved to the same configuration; ``caption``: which engine produced
   the numbers.
 
-To show another speedup (a paired per-prompt ratio, say), add its entry key and label to
-:data:`SPEEDUPS`: every rendering picks it up. Only points at the primary context and
-output length (``c1``, ``c8``...) are stated; the report's table has the others.
+What is stated is the catalog's ``answer`` place (:func:`answer_speedups`, :func:`answer_values`):
+a metric shown there adds its speedups, or its mean when it has none, to every rendering. Only
+points at the primary context and output length (``c1``, ``c8``...) are stated; the report's
+table has the others.
 This module imports nothing heavy (``lab summary`` must answer in well under 3 s).
 """
 
@@ -33,14 +35,22 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SPEEDUPS", "Answer", "build_answer", "group_warnings", "answer_text", "answer_markdown",
+from lab import catalog
+
+__all__ = ["answer_speedups", "answer_values", "Answer", "build_answer", "group_warnings", "answer_text", "answer_markdown",
            "answer_html", "load_answer"]
 
-#: ``(entry key, label)`` of every speedup the answer states, in order.
-#: The paired entry is :func:`lab.analysis.paired.add_paired`'s per-prompt ratio and its interval.
-SPEEDUPS: list[tuple[str, str]] = [("speedup_decode_tok_s", "decode tok/s"),
-                                   ("paired_speedup_decode_tok_s", "decode tok/s paired per prompt"),
-                                   ("speedup_output_tok_s", "output tok/s")]
+def answer_speedups() -> list[tuple[str, str]]:
+    """``(entry key, label)`` of every speedup the answer states, in order: those of the metrics
+    :mod:`lab.catalog` shows in ``answer`` (the per-prompt one is
+    :func:`lab.analysis.paired.add_paired`'s ratio and its interval)."""
+    return [(catalog.speedup_key(m.name, k), f"{m.header} paired per prompt" if k == "per_prompt" else m.header)
+            for m in catalog.shown_in(catalog.ANSWER) for k in m.speedups]
+
+
+def answer_values() -> list[catalog.Metric]:
+    """The metrics whose mean the answer states (shown in ``answer``, no speedup of their own)."""
+    return [m for m in catalog.shown_in(catalog.ANSWER) if not m.speedups]
 
 
 def _fmt_speedup(s: dict[str, Any] | None) -> str | None:
@@ -72,9 +82,9 @@ def group_warnings(warnings: dict[str, list[str]] | None) -> list[tuple[list[str
 class Answer:
     """The answer's content, independent of its rendering.
 
-    :ivar rows: per non-baseline mode, ``(mode, [(point, [(label, speedup text)], accept
-        length, verify ms)])``; the baseline itself, or every mode when there is no
-        baseline, is listed with its points and no speedup.
+    :ivar rows: per non-baseline mode, ``(mode, [(point, [(label, speedup text)], [value
+        text]...)])`` (``"accept length 1.84"``, :meth:`lab.catalog.Metric.text`); the baseline
+        itself, or every mode when there is no baseline, is listed with its points and no speedup.
     :ivar warnings: :func:`group_warnings` of the comparison's warnings.
     :ivar notice, caption, report: the identical-configuration notice, the engine caption,
         and where ``report.html`` is (or None).
@@ -93,6 +103,7 @@ def build_answer(comparison: dict[str, Any], report_path: str | Path | None = No
     """Collect the answer from a comparison (module docstring); ``report_path`` is shown as given."""
     baseline = comparison.get("baseline")
     rows = []
+    speedups, values = answer_speedups(), answer_values()
     for mode, points in (comparison.get("modes") or {}).items():
         if mode == baseline:
             continue
@@ -100,8 +111,8 @@ def build_answer(comparison: dict[str, Any], report_path: str | Path | None = No
         for key, e in points.items():
             if key != f"c{e.get('concurrency')}":
                 continue  # off the primary context/output length
-            speedups = [(label, t) for k, label in SPEEDUPS if (t := _fmt_speedup(e.get(k)))]
-            lines.append((key, speedups, _mean(e, "accept_length"), _mean(e, "verify_ms")))
+            stated = [(label, t) for k, label in speedups if (t := _fmt_speedup(e.get(k)))]
+            lines.append((key, stated, [m.text(v) for m in values if (v := _mean(e, m.name)) is not None]))
         rows.append((mode, lines))
     lossless = {m: e["line"] for m, e in ((comparison.get("lossless") or {}).get("modes") or {}).items()
                 if e.get("line")}
@@ -114,11 +125,9 @@ def build_answer(comparison: dict[str, Any], report_path: str | Path | None = No
 LOAD_HEADING = "Under open-loop load (requests arriving at a rate; goodput = requests/s meeting the SLO):"
 
 
-def _point_text(point: str, speedups: list[tuple[str, str]], acc: float | None, verify: float | None) -> str:
-    parts = [", ".join(f"{label} {t}" for label, t in speedups) or "no speedup (no baseline at this point)"]
-    extra = ([f"accept length {acc:.2f}"] if acc is not None else []) + (
-        [f"verify {verify:.1f} ms"] if verify is not None else [])
-    return f"{point}: {parts[0]}" + (f"; {', '.join(extra)}" if extra else "")
+def _point_text(point: str, speedups: list[tuple[str, str]], values: list[str]) -> str:
+    said = ", ".join(f"{label} {t}" for label, t in speedups) or "no speedup (no baseline at this point)"
+    return f"{point}: {said}" + (f"; {', '.join(values)}" if values else "")
 
 
 def _headline(a: Answer) -> str:
@@ -135,7 +144,7 @@ def answer_text(comparison: dict[str, Any], report_path: str | Path | None = Non
         lines += [f"    {_point_text(*p)}" for p in points]
         if mode in a.lossless:
             lines.append(f"    {a.lossless[mode]}")
-    from lab.report.taskmix import taskmix_lines  # per task category, when the prompts have several
+    from lab.report.task_categories import taskmix_lines  # per task category, when the prompts have several
 
     tm = taskmix_lines(comparison)
     lines += [f"  {tm[0]}"] + [f"    {ln}" for ln in tm[1:]] if tm else []
@@ -162,7 +171,7 @@ def answer_markdown(comparison: dict[str, Any], report_path: str | Path | None =
         lines += [f"  - {_point_text(*p)}" for p in points]
         if mode in a.lossless:
             lines.append(f"  - {a.lossless[mode]}")
-    from lab.report.taskmix import taskmix_markdown
+    from lab.report.task_categories import taskmix_markdown
 
     if tm := taskmix_markdown(comparison):
         lines += ["", tm]
@@ -189,7 +198,7 @@ def answer_html(comparison: dict[str, Any], report_path: str | Path | None = Non
         out.append(f"<li><b>{e(mode)}</b><ul>" + "".join(f"<li>{e(_point_text(*p))}</li>" for p in points)
                    + extra + "</ul></li>")
     out.append("</ul>")
-    from lab.report.taskmix import taskmix_html
+    from lab.report.task_categories import taskmix_html
 
     out.append(taskmix_html(comparison))
     if a.load:

@@ -12,29 +12,33 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import pandas as pd
 
+from lab import catalog
 from lab.atomic import savefig_atomic, write_text_atomic
-from lab.config import LabParams
-from lab.analysis import stats
+from lab.config import ModeParams
 from lab.analysis import theory
+from lab.analysis.estimates import Estimate, Ratio
+from lab.report.tables import speedup_cell, table_columns
 
-__all__ = ["explain_figures", "break_even_costs", "write_report"]
+__all__ = ["explain_figures", "break_even_costs", "summary_html", "write_report"]
 
 
-def break_even_costs(params: LabParams, summary: dict[str, Any]) -> list[theory.ModeCosts]:
-    """:class:`lab.analysis.theory.ModeCosts` of every speculative mode at its primary points."""
-    cap = {n: (m.num_steps + 1 if m.num_steps else None) for n, m in params.modes.items()}
+def break_even_costs(modes: Mapping[str, ModeParams], summary: dict[str, Any]) -> list[theory.ModeCosts]:
+    """:class:`lab.analysis.theory.ModeCosts` of every speculative mode at its primary points.
+
+    :param modes: the ``modes`` section (``num_steps`` caps each mode's accept length)."""
+    cap = {n: (m.num_steps + 1 if m.num_steps else None) for n, m in modes.items()}
     from lab.report.sweep_figures import primary_summary
 
     return theory.costs_from_summary(primary_summary(summary), cap)
 
 
-def explain_figures(params: LabParams, runs: pd.DataFrame, summary: dict[str, Any], out_dir: Path) -> dict[str, str]:
+def explain_figures(modes: Mapping[str, ModeParams], runs: pd.DataFrame, summary: dict[str, Any],
+                    out_dir: Path) -> dict[str, str]:
     """Draw ``break_even``, ``throughput_vs_concurrency``, ``verify_vs_context`` and
     ``speedup_heatmap`` PNGs into ``out_dir``; returns ``name -> path``. Also stores the
     break-even sentences in ``summary["break_even"]``."""
@@ -42,7 +46,7 @@ def explain_figures(params: LabParams, runs: pd.DataFrame, summary: dict[str, An
 
     from lab.report import sweep_figures as sf
 
-    costs = break_even_costs(params, summary)
+    costs = break_even_costs(modes, summary)
     summary["break_even"] = [{"mode": c.mode, "concurrency": c.concurrency, "break_even_accept_length": c.break_even,
                               "accept_length": c.accept_length, "max_accept_length": c.max_accept,
                               "modelled_speedup": c.modelled_speedup, "measured_speedup": c.measured_speedup,
@@ -83,11 +87,11 @@ break-even accept length = (draft_ms + verify_ms) / decode_ms (Leviathan et al. 
 Transformers via Speculative Decoding"; EAGLE-3, Li et al. 2025).</p>
 <p>Per mode, at its lowest concurrency (comparison.json has every level):</p>
 <ul>{% for b in break_even %}<li>{{ b.explanation }}</li>{% else %}<li>No speculative mode with verify timings and a baseline.</li>{% endfor %}</ul>
-{% if profile %}<h2>Where the verify time goes (torch-profiler trace{% if profile.modelled %}, MODELLED by the emulator{% endif %})</h2>
+{% if trace %}<h2>Where the verify time goes (torch-profiler trace{% if trace.modelled %}, MODELLED by the emulator{% endif %})</h2>
 <p>GPU busy = union of kernel intervals; a host launch gap = GPU idle before a kernel the host had not yet launched
-(lab/profiling/trace.py). Traces: the <code>profile/</code> artifacts of each mode's MLflow run (open in ui.perfetto.dev).</p>
-<ul>{% for m, s in profile.sentences.items() %}<li>{{ s }}</li>{% endfor %}{% for m, st in profile.failed.items() %}<li>{{ m }}: profiling {{ st }}</li>{% endfor %}</ul>
-{{ profile_table | safe }}{% endif %}
+(lab/profiling/trace.py). Traces: the <code>trace/</code> artifacts of each mode's MLflow run (open in ui.perfetto.dev).</p>
+<ul>{% for m, s in trace.sentences.items() %}<li>{{ s }}</li>{% endfor %}{% for m, st in trace.failed.items() %}<li>{{ m }}: profiling {{ st }}</li>{% endfor %}</ul>
+{{ trace_table | safe }}{% endif %}
 {% if lossless_table %}<h2>Lossless check: output token ids against the baseline's, per prompt</h2>
 <p>Each request matched with the baseline's at the same point, repeat, slot and prompt (lab/analysis/lossless.py);
 first divergence: the first differing token position (0-based), the earliest over that prompt's requests.</p>
@@ -104,55 +108,40 @@ first divergence: the first differing token position (0-based), the earliest ove
 """
 
 
-def _fmt(e: dict[str, Any] | None, digits: int = 1) -> str:
-    if not e or e.get("mean") is None or (isinstance(e["mean"], float) and math.isnan(e["mean"])):
-        return "-"
-    lo, hi = e.get("ci95_lo"), e.get("ci95_hi")
-    if lo is None or lo != lo:
-        return f"{e['mean']:.{digits}f}"
-    return f"{e['mean']:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
-def _speedup(s: dict[str, Any] | None, mode: str, baseline: str | None) -> str:
-    text = stats.format_speedup(s["ratio"], s["ci95_lo"], s["ci95_hi"], s["verdict"]) if s else None
-    return text or ("reference" if mode == baseline else "-")
-
-
-def _summary_html(summary: dict[str, Any]) -> str:
+def summary_html(summary: dict[str, Any]) -> str:
+    """The report's summary table: one row per mode x point with its axes, the mean [95 % CI] of
+    each metric :mod:`lab.catalog` shows in ``report``, then each of their speedups over the
+    baseline (:func:`lab.report.tables.table_columns`)."""
+    metrics, speedups = table_columns(catalog.REPORT)
+    baseline = summary.get("baseline")
     rows = []
     for mode, levels in summary["modes"].items():
         for key, e in levels.items():
-            s, so = e.get("speedup_decode_tok_s"), e.get("speedup_output_tok_s")
-            rows.append({"mode": mode, "point": key, "concurrency": e["concurrency"],
-                         "context tokens": e.get("context_tokens", "-"), "output tokens": e.get("max_new_tokens", "-"),
-                         "decode tok/s": _fmt(e.get("decode_tok_s")), "output tok/s": _fmt(e.get("output_tok_s")),
-                         "accept length": _fmt(e.get("accept_length"), 2), "verify ms": _fmt(e.get("verify_ms")),
-                         "draft ms": _fmt(e.get("draft_ms")), "decode ms": _fmt(e.get("decode_ms")),
-                         "cycle ms": _fmt(e.get("cycle_ms")),
-                         "speedup, decode tok/s": _speedup(s, mode, summary.get("baseline")),
-                         "paired per prompt, decode tok/s": _speedup(e.get("paired_speedup_decode_tok_s"), mode,
-                                                                     summary.get("baseline")),
-                         "speedup, output tok/s": _speedup(so, mode, summary.get("baseline")),
-                         # lab.analysis.load: goodput under bench.slo and its speedup over the baseline
-                         "goodput req/s": _fmt(e.get("goodput_req_s"), 2),
-                         "speedup, goodput req/s": _speedup(e.get("speedup_goodput_req_s"), mode,
-                                                            summary.get("baseline"))})
+            row = {"mode": mode, "point": key, "concurrency": e["concurrency"],
+                   "context tokens": e.get("context_tokens", "-"), "output tokens": e.get("max_new_tokens", "-")}
+            for m in metrics:
+                est = Estimate.from_dict(e.get(m.name))
+                row[m.header] = "-" if est is None else est.text(m.digits)
+            for m, kind in speedups:
+                row[catalog.speedup_label(m, kind)] = speedup_cell(
+                    Ratio.from_dict(e.get(catalog.speedup_key(m.name, kind))), mode, baseline)
+            rows.append(row)
     return pd.DataFrame(rows).to_html(index=False, escape=True, border=0)
 
 
-def _config_html(params: LabParams, summary: dict[str, Any]) -> str:
+def _config_html(modes: Mapping[str, ModeParams], summary: dict[str, Any]) -> str:
     eff = summary.get("effective_config") or {}
     rows = []
     for mode in summary["modes"]:
-        requested = params.modes[mode].model_dump(exclude_defaults=True) if mode in params.modes else {}
+        requested = modes[mode].model_dump(exclude_defaults=True) if mode in modes else {}
         rows.append({"mode": mode, "params.yaml": ", ".join(f"{k}={v}" for k, v in requested.items()) or "-",
                      "resolved by the engine": ", ".join(f"{k}={v}" for k, v in (eff.get(mode) or {}).items()) or "-"})
     return pd.DataFrame(rows).to_html(index=False, escape=True, border=0)
 
 
-def _profile_html(profile: dict[str, Any] | None) -> str:
+def _trace_html(trace: dict[str, Any] | None) -> str:
     """The per-mode, per-step profiling table (lab.profiling.report.stage_rows), or ""."""
-    if not profile or not profile.get("rows"):
+    if not trace or not trace.get("rows"):
         return ""
     rows = [{"mode": r["mode"], "step": r["stage"], "n": r["n"], "wall ms": r["wall_ms_p50"],
              "GPU busy ms": r["gpu_busy_ms_p50"], "idle share": r["idle_share_p50"],
@@ -160,7 +149,7 @@ def _profile_html(profile: dict[str, Any] | None) -> str:
              "eager launches": r["eager_launches_p50"], "graph replays": r["graph_launches_p50"],
              "all-reduces": r["allreduce_count_p50"], "all-reduce ms": r["allreduce_ms_p50"],
              "attention kernels per step": ", ".join(f"{k} x{v:g}" for k, v in r["attention_kernels"].items())}
-            for r in profile["rows"]]
+            for r in trace["rows"]]
     return pd.DataFrame(rows).to_html(index=False, escape=True, border=0, float_format=lambda v: f"{v:.3g}")
 
 
@@ -187,8 +176,11 @@ def _lowest_level(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-def write_report(params: LabParams, summary: dict[str, Any], path: Path) -> Path:
+def write_report(summary: dict[str, Any], path: Path, *, engine: str, modes: Mapping[str, ModeParams]) -> Path:
     """Render the self-contained report to ``path`` (figures from ``summary["figures"]``).
+
+    :param engine: ``params.yaml``'s ``engine`` (the title says it).
+    :param modes: the ``modes`` section (what each mode asked for, beside what the engine resolved).
 
     :raises FileNotFoundError: a figure listed in the summary is missing.
     """
@@ -200,10 +192,10 @@ def write_report(params: LabParams, summary: dict[str, Any], path: Path) -> Path
     figures = [{"name": name, "b64": base64.b64encode(Path(p).read_bytes()).decode("ascii")}
                for name, p in summary.get("figures", {}).items()]
     text = env.from_string(_TEMPLATE).render(
-        engine=html.escape(params.engine), caption=summary.get("caption", ""),
+        engine=html.escape(engine), caption=summary.get("caption", ""),
         answer=answer_html(summary),  # the answer first; each warning once, naming its modes
-        break_even=_lowest_level(summary.get("break_even", [])), table=_summary_html(summary), figures=figures,
-        config_table=_config_html(params, summary), profile=summary.get("profile"),
-        profile_table=_profile_html(summary.get("profile")), lossless_table=_lossless_html(summary.get("lossless")))
+        break_even=_lowest_level(summary.get("break_even", [])), table=summary_html(summary), figures=figures,
+        config_table=_config_html(modes, summary), trace=summary.get("trace"),
+        trace_table=_trace_html(summary.get("trace")), lossless_table=_lossless_html(summary.get("lossless")))
     write_text_atomic(path, text)
     return path

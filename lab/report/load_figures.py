@@ -36,7 +36,7 @@ def pareto_figures(rows: list[dict], out_dir: Path, *, caption: str, baseline: s
 
     :param rows: :func:`lab.analysis.load.add_load`'s Pareto rows: ``mode, point, kind,
         output_tok_s_per_user, output_tok_s, on_frontier`` (tok/s; means over repeats).
-    :param caption: the engine caption (:func:`lab.analysis.compare.engine_caption`).
+    :param caption: the engine caption (:func:`lab.analysis.comparison.engine_caption`).
     :param baseline: the baseline mode, whose frontier is overlaid in grey (None: none).
     :returns: ``{"pareto_<mode>": path}``.
     """

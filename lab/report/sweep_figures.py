@@ -1,8 +1,8 @@
 """Figures over sweeps: throughput vs concurrency, verify time vs context length, speedup heatmap.
 
-Inputs are :func:`lab.analysis.compare.runs_frame` (one row per mode x point x repeat, with
+Inputs are :func:`lab.analysis.comparison.runs_frame` (one row per mode x point x repeat, with
 ``concurrency``, ``context_tokens``, ``max_new_tokens``, ``point``) and the summary of
-:func:`lab.analysis.compare.summarize`. Error bars are 95 % t-intervals over repeats
+:func:`lab.analysis.comparison.summarize`. Error bars are 95 % t-intervals over repeats
 (:func:`lab.analysis.stats.mean_ci`). Every figure carries the engine caption.
 """
 

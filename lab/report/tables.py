@@ -1,8 +1,8 @@
 """The comparison's tables and summary files: ``reports/summary.csv``, ``summary.md``,
 ``comparison.json`` and ``summary.json``, and the Markdown / pandas tables built from its rows.
 
-Formats only what :mod:`lab.analysis.compare` computed (rows of
-:func:`lab.analysis.compare.summarize`, flat numbers of :func:`lab.analysis.compare.lean_numbers`);
+Formats only what :mod:`lab.analysis.comparison` computed (rows of
+:func:`lab.analysis.comparison.summarize`, flat numbers of :func:`lab.analysis.comparison.lean_numbers`);
 every file goes through :mod:`lab.atomic`.
 """
 
@@ -12,14 +12,15 @@ import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lab.analysis import stats
+from lab import catalog
+from lab.analysis.estimates import Estimate, Ratio
 from lab.atomic import atomic_path, write_json_atomic, write_text_atomic
 
 if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fast
     import pandas as pd
 
 __all__ = ["write_csv", "concurrency_rows", "lossless_rows", "LOSSLESS_COLUMNS", "write_summary_markdown", "write_comparison_json", "summary_markdown",
-           "read_summary_rows", "summary_table"]
+           "read_summary_rows", "summary_table", "table_columns", "speedup_cell"]
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path, columns: tuple[str, ...] = ()) -> None:
@@ -77,53 +78,42 @@ def write_comparison_json(rep_dir: Path, summary: dict[str, Any], lean: dict[str
     write_json_atomic(rep_dir / "summary.json", lean)
 
 
-def _num(x: Any) -> float | None:
-    """A CSV cell or a float as a float; empty / missing / NaN -> None."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if v != v else v
+def table_columns(place: str) -> tuple[list[catalog.Metric], list[tuple[catalog.Metric, str]]]:
+    """What a comparison table shows (:mod:`lab.catalog`): the metrics shown in ``place`` and,
+    after them, each of their speedups as ``(metric, kind)``, in catalog order."""
+    shown = catalog.shown_in(place)
+    return shown, [(m, kind) for m in shown for kind in m.speedups]
 
 
-def _ci(row: dict[str, Any], m: str, fmt: str) -> str:
-    mean = _num(row.get(f"{m}_mean"))
-    if mean is None:
-        return "-"
-    lo, hi = _num(row.get(f"{m}_ci95_lo")), _num(row.get(f"{m}_ci95_hi"))
-    return format(mean, fmt) + (f" [{format(lo, fmt)}, {format(hi, fmt)}]" if lo is not None and hi is not None else "")
-
-
-def _mean(row: dict[str, Any], m: str, digits: int = 1) -> str:
-    mean = _num(row.get(f"{m}_mean"))
-    return "-" if mean is None else f"{mean:.{digits}f}"
-
-
-def _speedup(row: dict[str, Any], m: str, baseline: str | None, prefix: str = "") -> str:
-    text = stats.format_speedup(_num(row.get(f"{prefix}speedup_{m}")), _num(row.get(f"{prefix}speedup_{m}_ci95_lo")),
-                                _num(row.get(f"{prefix}speedup_{m}_ci95_hi")), row.get(f"{prefix}verdict_{m}"))
-    return text or ("reference" if baseline and row.get("mode") == baseline else "-")
+def speedup_cell(r: Ratio | None, mode: str | None, baseline: str | None) -> str:
+    """A speedup as a table shows it: its text, ``"reference"`` on the baseline's rows, else ``"-"``."""
+    text = r.text() if r is not None else None
+    return text or ("reference" if baseline and mode == baseline else "-")
 
 
 def summary_markdown(rows: list[dict[str, Any]], baseline: str | None = None) -> str:
-    """The comparison as a Markdown table, one line per mode x measured point: decode and
-    output tok/s (mean [95 % CI]), accept length, verify/cycle ms and both speedups over the
-    baseline with their intervals and verdicts (decode tok/s also paired prompt by prompt,
-    :mod:`lab.analysis.paired`) (README's table; ``lab summary`` prints it).
+    """The comparison as a Markdown table, one line per mode x measured point (README's table;
+    ``lab summary`` prints it): the metrics :mod:`lab.catalog` shows in ``table`` (mean [95 %
+    CI] for those compared with the baseline, the mean for the rest), then their speedups over
+    the baseline with intervals and verdicts (decode tok/s also paired prompt by prompt,
+    :mod:`lab.analysis.paired`).
 
     :param rows: ``summarize(...)["rows"]`` or the rows of ``reports/summary.csv`` (strings
         are parsed; empty cells print as ``-``).
     :param baseline: the baseline mode's name (its rows say "reference").
     """
-    head = ["mode", "point", "decode tok/s [95 % CI]", "output tok/s [95 % CI]", "accept length", "verify ms",
-            "cycle ms", "speedup, decode tok/s [95 % CI]", "paired per prompt, decode tok/s [95 % CI]",
-            "speedup, output tok/s [95 % CI]"]
-    lines = ["| " + " | ".join(head) + " |", "| --- | --- | " + " | ".join(["---:"] * 5) + " | --- | --- | --- |"]
+    metrics, speedups = table_columns(catalog.TABLE)
+    head = ["mode", "point", *(m.header + (" [95 % CI]" if m.speedups else "") for m in metrics),
+            *(catalog.speedup_label(m, kind) + " [95 % CI]" for m, kind in speedups)]
+    lines = ["| " + " | ".join(head) + " |",
+             "| --- | --- | " + " | ".join(["---:"] * len(metrics) + ["---"] * len(speedups)) + " |"]
     for r in rows:
-        cells = [str(r.get("mode")), str(r.get("point") or f"c{r.get('concurrency')}"),
-                 _ci(r, "decode_tok_s", ".1f"), _ci(r, "output_tok_s", ".1f"), _mean(r, "accept_length", 2),
-                 _mean(r, "verify_ms"), _mean(r, "cycle_ms"), _speedup(r, "decode_tok_s", baseline),
-                 _speedup(r, "decode_tok_s", baseline, prefix="paired_"), _speedup(r, "output_tok_s", baseline)]
+        cells = [str(r.get("mode")), str(r.get("point") or f"c{r.get('concurrency')}")]
+        for m in metrics:
+            est = Estimate.from_columns(r, m.name)
+            cells.append("-" if est is None else est.text(m.digits, interval=bool(m.speedups)))
+        cells += [speedup_cell(Ratio.from_columns(r, catalog.speedup_key(m.name, kind)), r.get("mode"), baseline)
+                  for m, kind in speedups]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -141,12 +131,16 @@ def read_summary_rows(path: str | Path) -> list[dict[str, str]]:
 
 
 def summary_table(summary: dict[str, Any]) -> pd.DataFrame:
-    """The comparison as a table: one row per mode x level with means, CIs and verdicts."""
+    """The comparison as a table (``compare.ipynb``): one row per mode x point with the mean and
+    interval of each metric :mod:`lab.catalog` shows in ``report`` and each of its speedups."""
     import pandas as pd
 
-    cols = ["mode", "concurrency", "decode_tok_s_mean", "decode_tok_s_ci95_lo", "decode_tok_s_ci95_hi",
-            "output_tok_s_mean", "accept_length_mean", "verify_ms_mean", "draft_ms_mean", "cycle_ms_mean",
-            "speedup_decode_tok_s", "speedup_decode_tok_s_ci95_lo", "speedup_decode_tok_s_ci95_hi",
-            "verdict_decode_tok_s"]
+    metrics, speedups = table_columns(catalog.REPORT)
+    cols = ["mode", "point", "concurrency"]
+    for m in metrics:
+        cols += [f"{m.name}_mean", f"{m.name}_ci95_lo", f"{m.name}_ci95_hi"]
+    for m, kind in speedups:
+        k = catalog.speedup_key(m.name, kind)
+        cols += [k, f"{k}_ci95_lo", f"{k}_ci95_hi"]
     df = pd.DataFrame(summary["rows"])
     return df[[c for c in cols if c in df]].round(3)

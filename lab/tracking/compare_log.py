@@ -22,7 +22,7 @@ def log_comparison(tracker: Tracker, params: LabParams, modes: list[str], result
     The run is named ``compare | <engine> | <N> modes``, tagged with the modes and the id of
     every mode run it compared (``mode_run.<mode>``); it holds the ``sweep`` params
     (:func:`lab.tracking.params_log.compare_run_params`), ``metrics`` (the flat numbers of
-    :func:`lab.analysis.compare.lean_numbers`), ``report.html``, the ``figures`` (under
+    :func:`lab.analysis.comparison.lean_numbers`), ``report.html``, the ``figures`` (under
     ``figures/``) and ``summary.csv`` from ``rep_dir``. The parent then gets the same metrics
     and a ``modes`` tag, and is marked FINISHED. ``run_metrics`` go to the comparison run only
     (the per-category numbers of :func:`lab.analysis.taskmix.taskmix_metrics`), with

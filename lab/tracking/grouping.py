@@ -20,12 +20,21 @@ that mode and ``compare``: the new parent holds those runs, and the comparison r
 ids of every mode run it compared (``mode_run.<mode>``), including those under an earlier
 parent. The key reads only the sections every ``bench@<mode>`` stage declares in
 ``dvc.yaml`` (no mode's own section, no ``sweep``, no ``physics``), so a stage never depends
-on params it does not declare. The parent is named with its mode count when ``compare``
+on params it does not declare; the stages that also create or finish the parent (``compare``,
+``physics``) declare those sections too. The parent is named with its mode count when ``compare``
 finishes it (:meth:`lab.tracking.tracker.Tracker.finish_parent`): only ``compare`` reads
 every mode. The comparison marks the parent FINISHED and copies the headline metrics onto
 it, so the MLflow compare view of several parents shows pipeline runs side by side, and of
 the nested runs shows modes side by side (each mode run carries ``decode_tok_s``,
 ``accept_length``, ``verify_ms``... at its lowest concurrency).
+
+A fleet sweep (:mod:`lab.fleet`) runs each stage as a Slurm job in its own checkout, so no
+file is shared between stages: ``lab fleet submit`` creates the sweep's parent and each job
+names it in ``$LAB_MLFLOW_PARENT_RUN_ID`` (:data:`PARENT_RUN_ENV`, :func:`fleet_parent`), which
+then takes the place of the invocation's key and the file (:class:`lab.tracking.tracker.Tracker`).
+Jobs of one sweep run at the same time, so a failed stage ends only its own job's runs (tag
+``slurm_job_id``) and leaves the parent to the sweep (the fleet marks it FAILED, ``compare``
+FINISHED).
 """
 
 from __future__ import annotations
@@ -40,11 +49,21 @@ from lab.config import LabParams, repo_root
 from lab.tracking.runs import git_commit
 
 __all__ = ["pipeline_key", "mode_run_name", "PARENT_FILE", "PIPELINE_KEY_SECTIONS", "INVOCATION_ENV",
-           "invocation", "process_id", "invocation_alive", "known_parent", "remember_parent"]
+           "invocation", "process_id", "invocation_alive", "known_parent", "remember_parent", "PARENT_RUN_ENV",
+           "fleet_parent"]
 
 PARENT_FILE = Path(".cache") / "mlflow_parent.json"
 #: Pipeline invocations the parent file remembers (the oldest are dropped).
 PARENT_FILE_KEEP = 200
+
+#: Set by a fleet job (:mod:`lab.fleet.job`): the sweep's parent run id (module docstring).
+PARENT_RUN_ENV = "LAB_MLFLOW_PARENT_RUN_ID"
+
+
+def fleet_parent() -> str | None:
+    """The parent run a fleet job was given (:data:`PARENT_RUN_ENV`), or None."""
+    return os.environ.get(PARENT_RUN_ENV) or None
+
 
 #: params.yaml sections in the pipeline-run key: those every ``bench@<mode>`` stage declares
 #: (with ``mlflow``, which enters through the tracking URI and experiment name).

@@ -9,7 +9,7 @@ validated ones (``null``, ``true``/``false``, lists as text), flattened by
 ``mode.num_draft_tokens`` or ``bench.max_new_tokens`` show their numbers. A tracking URI's
 password (``postgresql://user:pw@host/db``) is replaced by ``***``.
 
-``tests/test_params_logged.py`` walks the default ``params.yaml`` and checks that every leaf
+``tests/unit/test_params_logged.py`` walks the default ``params.yaml`` and checks that every leaf
 appears in MLflow with its value.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lab.engine.registry import engine_for
 from lab.redact import redact_url
 
 __all__ = ["mode_run_params", "compare_run_params", "redact_url"]
@@ -41,7 +42,7 @@ def mode_run_params(params, mode_name: str) -> dict[str, str]:
         "engine": params.engine, "mode_name": mode_name, "model": params.model.model_dump(),
         "server": params.server.model_dump(), "mode": params.mode(mode_name).model_dump(),
         "bench": params.bench.model_dump(), "lossless": params.lossless.model_dump(),
-        **({"emulator": params.emulator.model_dump()} if params.engine == "emulator" else {}),
+        **({sec: getattr(params, sec).model_dump()} if (sec := engine_for(params).params_section) else {}),
         "mlflow": mlflow})
 
 

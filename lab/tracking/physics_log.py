@@ -47,7 +47,7 @@ def log_physics(tracker: Tracker, params: LabParams, metrics: Mapping[str, Any],
         run.log_artifact(out / "metrics.json")
         for name in metrics.get("figures") or []:
             run.log_artifact(out / name, "figures")
-        prof = metrics.get("profile") or {}  # lab.physics.profile: traces (Perfetto), table, figure
+        prof = metrics.get("profile") or {}  # lab.physics.kernel_traces: traces (Perfetto), table, figure
         for path in sorted(Path(prof["dir"]).glob("*")) if prof.get("dir") and Path(prof["dir"]).is_dir() else []:
             run.log_artifact(path, "profile")
         run.log_metrics({f"profile.{n}.{k}": v for n, c in (prof.get("cases") or {}).items() for k, v in c.items()

@@ -93,7 +93,7 @@ def log_mode_run(run: RunHandle, out: Path, result: dict[str, Any], status: str)
 
     Tags (status, engine version, environment, sentinel, warnings), metrics (headline,
     95 % interval bounds, startup phases, ``by_concurrency.*`` per level at step =
-    concurrency, profile), artifacts (:data:`ARTIFACTS`, ``profile/``, ``environment/``).
+    concurrency, trace), artifacts (:data:`ARTIFACTS`, ``trace/``, ``environment/``).
 
     :raises TrackingError: the first MLflow call of ``run`` that failed (everything is recorded).
     """
@@ -116,11 +116,11 @@ def log_mode_run(run: RunHandle, out: Path, result: dict[str, Any], status: str)
     # The executed notebook is logged by the stage runner (lab.pipeline.stage) once papermill has written it.
     for name in ARTIFACTS:
         run.log_artifact(out / name)
-    if (result.get("profile") or {}).get("trace"):  # Chrome trace: opens in ui.perfetto.dev
-        from lab.profiling.capture import profile_metrics
+    if (result.get("trace") or {}).get("file"):  # Chrome trace: opens in ui.perfetto.dev
+        from lab.measure.trace_capture import trace_metrics
 
-        run.log_artifact(out / "profile" / Path(result["profile"]["trace"]).name, "profile")
-        run.log_metrics(profile_metrics(result["profile"]))
+        run.log_artifact(out / "trace" / Path(result["trace"]["file"]).name, "trace")
+        run.log_metrics(trace_metrics(result["trace"]))
     env_dir = out / "environment"
     for path in sorted(env_dir.glob("*")) if env_dir.is_dir() else []:
         run.log_artifact(path, "environment")

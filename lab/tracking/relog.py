@@ -17,7 +17,7 @@ end. :func:`relog` replays it:
   content, under the recorded parent when that parent exists there.
 
 A parent left RUNNING by the failed stage is ended FAILED once its invocation (the ``dvc``
-process) is gone: that invocation did fail. MLflow drops metric rows it already holds, and a
+process) is gone: that invocation did fail (a fleet sweep's parent is left to ``lab fleet``). MLflow drops metric rows it already holds, and a
 param it already holds with the same value, so completing a half-logged run adds nothing twice.
 """
 
@@ -110,6 +110,8 @@ def _end_orphaned_parent(tracker: Tracker, parent: str | None, log) -> None:
     """End a parent left RUNNING by a failed stage as FAILED, once its invocation is gone."""
     info = tracker.run_info(parent) if parent else None
     if info is None or info[0] != "RUNNING" or invocation_alive(info[1].get("lab_invocation", "")):
+        return
+    if info[1].get("fleet_sweep"):  # a fleet sweep's parent: lab fleet status/submit end or re-open it
         return
     try:
         tracker.client.set_terminated(parent, "FAILED")

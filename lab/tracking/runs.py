@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.config import LabParams, repo_root
+from lab.engine.registry import engine_for, provenance
 from lab.redact import REDACTED, is_secret_name, redact_argv, redact_url
 
 __all__ = ["TrackingError", "RunHandle", "flatten_params", "run_tags", "git_commit", "RECORD_FILE", "LOGGED_TAG",
@@ -118,18 +119,23 @@ def git_commit(root: Path | None = None) -> str:
 
 
 def run_tags(params: LabParams, *, mode: str | None, engine_version: str | None = None) -> dict[str, str]:
-    """Standard tags of a lab run (mode, engine, git commit, SGLang version, DVC experiment)."""
+    """Standard tags of a lab run (mode, engine, git commit, SGLang version, DVC experiment,
+    Slurm job id inside a Slurm job)."""
     tags = {
         "engine": params.engine,
         "git_commit": git_commit(),
-        "sglang_version": engine_version or ("emulator" if params.engine == "emulator" else "unknown"),
+        "sglang_version": engine_version or ("emulator" if engine_for(params).modelled else "unknown"),
     }
     if mode:
         tags["mode"] = mode
-    if params.engine == "emulator":
+    # timing modelled/measured, weights emulated/random/real, acceptance emulated/simulated/real
+    tags.update({k: v for k, v in provenance(params, mode if mode in params.modes else None).items() if k != "engine"})
+    if (sec := engine_for(params).params_section) == "emulator":
         tags["emulator_profile"] = params.emulator.profile
     if os.environ.get("DVC_EXP_NAME"):
         tags["dvc_exp_name"] = os.environ["DVC_EXP_NAME"]
+    if os.environ.get("SLURM_JOB_ID"):  # a fleet job (lab/fleet): which job produced the run
+        tags["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
     return tags
 
 

@@ -4,8 +4,15 @@ A stage process (and the notebook kernel it starts) builds one :class:`Tracker` 
 validated params (:meth:`Tracker.from_params`) and hands it to what logs: the mode run
 (:mod:`lab.pipeline.bench`), the comparison (:mod:`lab.tracking.compare_log`), the physics run
 (:mod:`lab.tracking.physics_log`), the regression sentinel's history query, the stage
-runner (:mod:`lab.pipeline.stage`: executed notebook, parent closed) and ``lab log`` /
-``lab ui`` (:mod:`lab.pipeline.cli`). It is the one place an MLflow client is made.
+runner (:mod:`lab.pipeline.stage`: executed notebook, parent closed), ``lab log`` /
+``lab ui`` (:mod:`lab.cli`) and, through :meth:`Tracker.for_store`, the fleet's head node
+and job runner (:mod:`lab.fleet`: the sweep's parent). It is the one place an MLflow client
+is made.
+
+Inside a fleet job (:data:`lab.tracking.grouping.PARENT_RUN_ENV` set) the parent is the
+sweep's, named by the job's environment, not this invocation's: the stage never creates,
+finishes on success or fails it, and after a failure ends only its own job's RUNNING runs
+(tag ``slurm_job_id``; :meth:`Tracker.close_pipeline`).
 
 The tracking URI is params.yaml's ``mlflow.tracking_uri`` (a DVC param: every stage, ``lab
 log``, ``lab ui`` and the sentinel's history agree on it). ``MLFLOW_TRACKING_URI`` in the
@@ -22,7 +29,8 @@ from typing import Any, Mapping
 
 from lab.config import LabParams, repo_root
 from lab.redact import redact_url
-from lab.tracking.grouping import (INVOCATION_ENV, invocation, known_parent, pipeline_key, remember_parent)
+from lab.tracking.grouping import (INVOCATION_ENV, PARENT_RUN_ENV, fleet_parent, invocation, known_parent,
+                                   pipeline_key, remember_parent)
 from lab.tracking.runs import (RunHandle, TrackingError, artifact_location, git_commit, new_record, run_tags,
                                stage_started_ms)
 
@@ -84,6 +92,14 @@ class Tracker:
         root = root or repo_root()
         return cls(tracking_uri(params, root), params.mlflow.experiment, root=root,
                    key=pipeline_key(params, root), base_tags=run_tags(params, mode=None), engine=params.engine)
+
+    @classmethod
+    def for_store(cls, uri: str, experiment: str, root: Path | None = None) -> "Tracker":
+        """A tracker of a store and experiment named outright (the fleet's sweep record), outside
+        any stage: no invocation key, no standard tags. Use it for :attr:`client`,
+        :meth:`experiment_id`, :meth:`open_run` with ``nested=False``, :meth:`run_info` and
+        :meth:`search_runs`; it has no parent of its own."""
+        return cls(uri, experiment, root=root or Path.cwd(), key="", base_tags={}, engine="")
 
     @property
     def client(self):
@@ -157,15 +173,18 @@ class Tracker:
 
     # ------------------------------------------------------------------ the parent run
     def known_parent(self) -> str | None:
-        """This invocation's parent id if a stage already created it (never creates one)."""
-        return known_parent(self.root, self.key)
+        """This invocation's parent id if a stage already created it (never creates one); in a
+        fleet job, the sweep's parent (:func:`lab.tracking.grouping.fleet_parent`)."""
+        return fleet_parent() or (known_parent(self.root, self.key) if self.key else None)
 
     def parent_run_id(self) -> str:
         """This invocation's parent run, created (RUNNING) on first use
-        (:mod:`lab.tracking.grouping`).
+        (:mod:`lab.tracking.grouping`); in a fleet job the sweep's parent, as given.
 
         :raises TrackingError: MLflow unreachable.
         """
+        if fleet_parent():
+            return fleet_parent()
         run_id = self.known_parent()
         if run_id:
             try:
@@ -215,20 +234,27 @@ class Tracker:
 
         The parent is never left RUNNING between stages; the next stage of the same
         invocation reuses it and ends it again. DVC runs one pipeline's stages one at a
-        time, so no RUNNING child belongs to a live stage.
+        time, so no RUNNING child belongs to a live stage. In a fleet job the sweep's parent
+        outlives the stage (other jobs log under it at the same time): nothing is done after
+        a success, and a failure ends only this job's RUNNING children (tag ``slurm_job_id``).
 
         :raises TrackingError: MLflow rejected a call.
         """
         parent = self.known_parent()
-        if not parent:
+        fleet = fleet_parent()
+        if not parent or (fleet and ok):
             return []
         try:
             client = self.client
             run = client.get_run(parent)
+            own = f" and tags.slurm_job_id = '{os.environ.get('SLURM_JOB_ID', '')}'" if fleet else ""
             changed = [] if ok else [r.info.run_id for r in client.search_runs(
-                [run.info.experiment_id], f"tags.mlflow.parentRunId = '{parent}' and attributes.status = 'RUNNING'")]
+                [run.info.experiment_id],
+                f"tags.mlflow.parentRunId = '{parent}' and attributes.status = 'RUNNING'{own}")]
             for run_id in changed:
                 client.set_terminated(run_id, "FAILED")
+            if fleet:
+                return changed
             client.set_terminated(parent, "FINISHED" if ok else "FAILED", end_time=int(time.time() * 1000))
             return changed + ([parent] if run.info.status == "RUNNING" else [])
         except Exception as exc:  # MlflowException, sqlalchemy, requests...
@@ -267,4 +293,4 @@ class Tracker:
         return self.client.search_runs([exp_id], filter_string=filter_string, **kwargs) if exp_id else []
 
 
-__all__ += ["INVOCATION_ENV"]
+__all__ += ["INVOCATION_ENV", "PARENT_RUN_ENV"]

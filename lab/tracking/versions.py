@@ -10,6 +10,8 @@ emulator reports in ``/server_info`` is the format it serves, not a build that r
 
 from __future__ import annotations
 
+from lab.engine.registry import engine_for
+
 import subprocess
 from collections.abc import Mapping
 from typing import Any
@@ -42,7 +44,7 @@ def sglang_version(server_info: Mapping[str, Any] | None, python: str | None = N
 def version_tags(engine: str, server_info: Mapping[str, Any] | None, python: str | None = None) -> dict[str, str]:
     """MLflow tags for a run's engine version: ``{"sglang_version": ...}`` (``"emulator"`` for
     the emulator, with ``emulated_sglang_version`` beside it)."""
-    if engine == "emulator":
+    if engine_for(engine).modelled:
         return {"sglang_version": "emulator",
                 "emulated_sglang_version": str((server_info or {}).get("version", "unknown"))}
     return {"sglang_version": sglang_version(server_info, python)}

@@ -30,6 +30,7 @@ __all__ = [
     "load_prompts",
     "render_prompt",
     "workload",
+    "workload_indices",
     "output_lengths",
 ]
 
@@ -191,18 +192,30 @@ def workload(prompts: list[Prompt], n: int, seed: int, tokenizer: Any = None) ->
     """
     if not prompts:
         raise DatasetError("workload: no prompts. Fix: load a non-empty dataset with load_prompts")
+    rendered: dict[int, str] = {}
+    out: list[tuple[int, str]] = []
+    for idx in workload_indices(len(prompts), n, seed):
+        if idx not in rendered:
+            rendered[idx] = render_prompt(prompts[idx], tokenizer)
+        out.append((idx, rendered[idx]))
+    return out
+
+
+def workload_indices(num_prompts: int, n: int, seed: int) -> list[int]:
+    """The prompt indices :func:`workload` sends, without the prompts: ``n`` indices into a
+    dataset of ``num_prompts``, one fresh ``numpy.random.default_rng(seed)`` permutation per pass
+    (what :mod:`lab.calibrate.predict` replays).
+
+    :raises DatasetError: ``num_prompts`` < 1; :raises ValueError: negative ``n``.
+    """
+    if num_prompts < 1:
+        raise DatasetError("workload: no prompts. Fix: load a non-empty dataset with load_prompts")
     if n < 0:
         raise ValueError(f"workload: n={n} is negative. Fix: pass n >= 0")
     rng = np.random.default_rng(seed)
-    rendered: dict[int, str] = {}
-    out: list[tuple[int, str]] = []
+    out: list[int] = []
     while len(out) < n:
-        for idx in rng.permutation(len(prompts)).tolist():
-            if len(out) == n:
-                break
-            if idx not in rendered:
-                rendered[idx] = render_prompt(prompts[idx], tokenizer)
-            out.append((idx, rendered[idx]))
+        out.extend(rng.permutation(num_prompts).tolist()[: n - len(out)])
     return out
 
 

@@ -184,15 +184,15 @@ def dataset_params(info: Mapping[str, Any]) -> dict[str, Any]:
     return {f"dataset.{k}": info[k] for k in keys if info.get(k) is not None}
 
 
-def emulator_prompt_file(params: Any, prompts: list[Prompt], root: str | os.PathLike[str],
-                         out: str | os.PathLike[str]) -> Path | None:
+def emulator_prompt_file(bench: Any, prompts: list[Prompt], root: str | os.PathLike[str],
+                         out: str | os.PathLike[str]) -> Path:
     """The prompt file the emulator maps prompt text to category with (its
-    ``--emulator-prompt-categories``; :mod:`lab.emulator.categories`): the local JSONL itself,
-    or, for a Hugging Face set, the loaded prompts written to ``<out>/dataset.jsonl``. None
-    with ``engine: sglang`` (the real model's acceptance needs no map)."""
-    if params.engine != "emulator":
-        return None
-    if is_hf_id(params.bench.dataset):
+    ``--emulator-prompt-categories``; :mod:`lab.emulator.categories`): the local JSONL of
+    ``bench.dataset`` itself, or, for a Hugging Face set, the loaded prompts written to
+    ``<out>/dataset.jsonl``. (A real engine needs no map: the caller asks only for the emulator.)
+
+    :param bench: the ``bench`` section (:class:`lab.config.BenchParams`)."""
+    if is_hf_id(bench.dataset):
         return write_prompts(prompts, Path(out) / "dataset.jsonl")
-    path = Path(params.bench.dataset)
+    path = Path(bench.dataset)
     return path if path.is_absolute() else Path(root) / path

@@ -1,0 +1,236 @@
+"""The comparison across modes, as numbers: load every mode's results, summarize them with
+intervals and speedups over the baseline, and flatten the headline numbers.
+
+Inputs are ``results/<mode>/result.json``, ``runs.json`` (one row per concurrency level x
+repeat) and ``requests.jsonl`` written by :mod:`lab.pipeline.bench`. Pure computation over
+:mod:`lab.analysis.stats` and :mod:`lab.config`: the stage that writes the files, draws the
+figures and logs the MLflow run is :mod:`lab.pipeline.compare`; the tables and summary files
+are :mod:`lab.report.tables`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+from lab import catalog
+from lab.analysis.estimates import Estimate, Ratio
+from lab.config import BenchParams, LosslessParams, repo_root
+from lab.engine.effective import identical_modes, identical_notice
+
+if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fast
+    import pandas as pd
+
+__all__ = ["CompareError", "load_results", "runs_frame", "requests_frame", "summarize",
+           "engine_caption", "lean_numbers", "add_lossless"]
+
+
+class CompareError(RuntimeError):
+    """A mode's results are missing or marked failed; the message names the mode and the fix."""
+
+
+def load_results(results_dir: Path, modes: list[str]) -> dict[str, dict[str, Any]]:
+    """``mode -> result.json`` (the full record of :func:`lab.pipeline.bench.run_mode`) for every mode.
+
+    :raises CompareError: a result file is missing or its status is not ``ok``.
+    """
+    out = {}
+    for mode in modes:
+        path = results_dir / mode / "result.json"
+        if not path.is_file():
+            raise CompareError(f"{path} missing. Fix: run `dvc repro bench@{mode}` first")
+        data = json.loads(path.read_text())
+        if data.get("status") != "ok":
+            raise CompareError(f"mode {mode} failed ({data.get('error', 'no error recorded')}); its "
+                               f"log is {results_dir / mode / 'server.log'}. Fix the cause and re-run "
+                               f"`dvc repro bench@{mode}`")
+        out[mode] = data
+    return out
+
+
+def runs_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
+    """One row per (mode, concurrency, repeat) with that run's summary metrics."""
+    import pandas as pd
+
+    rows = []
+    for mode in modes:
+        for run in json.loads((results_dir / mode / "runs.json").read_text()):
+            rows.append({"mode": mode, **{k: v for k, v in run.items() if not isinstance(v, (dict, list))}})
+    df = pd.DataFrame(rows)
+    if len(df) and "point" not in df:  # results from before the context/output axes
+        df["point"] = [f"c{int(c)}" for c in df["concurrency"]]
+    return df
+
+
+def requests_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
+    """One row per measured ok request at a primary point: mode, concurrency, point, rid,
+    prompt_index, completion_tokens, spec_verify_ct, accept_length."""
+    import pandas as pd
+
+    rows = []
+    for mode in modes:
+        path = results_dir / mode / "requests.jsonl"
+        if not path.is_file():
+            continue
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line)
+                if not r.get("ok") or r.get("point", f"c{r.get('concurrency')}") != f"c{r.get('concurrency')}":
+                    continue  # failed, or off the primary context/output length
+                meta = r.get("meta_info") or {}
+                ct, vct = r.get("completion_tokens"), meta.get("spec_verify_ct")
+                rows.append({"mode": mode, "concurrency": r.get("concurrency"), "point": f"c{r.get('concurrency')}",
+                             "rid": r.get("rid"), "prompt_index": r.get("prompt_index"), "completion_tokens": ct,
+                             "spec_verify_ct": vct,
+                             "accept_length": (ct / vct) if ct and vct else None})
+    return pd.DataFrame(rows)
+
+
+def engine_caption(results: dict[str, dict[str, Any]], profile: str | None = None) -> str:
+    """Who produced the numbers, for every figure: the engine, and for the emulator that it is
+    not a GPU, with its cost profile (``emulator.profile``; None: "see params.yaml")."""
+    engines = sorted({r.get("engine", "?") for r in results.values()})
+    versions = sorted({str(r.get("engine_version", "?")) for r in results.values()})
+    if "emulator" in engines:
+        profile = profile or "see params.yaml"
+        text = (f"engine: emulator (SGLang-compatible, profile {profile}: {_profile_description(profile)}). "
+                "Modelled step costs. Not a GPU measurement.")
+    else:
+        text = f"engine: {', '.join(engines)} (SGLang {', '.join(versions)})"
+    return text
+
+
+def _profile_description(profile: str) -> str:
+    """The cost profile's own ``description`` (what it models and what it is calibrated to),
+    or a note that it could not be read."""
+    from lab.emulator.profile import ProfileError, load_profile
+
+    try:
+        return load_profile(profile)[0].description.rstrip(".")
+    except (ProfileError, OSError) as exc:
+        return f"description unavailable: {exc}"
+
+
+def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: str | None) -> dict[str, Any]:
+    """Per mode and level: mean and 95 % CI of every metric :mod:`lab.catalog` shows in
+    ``summary``, and the Welch speedup over the baseline of those it compares that way.
+
+    :returns: ``{"baseline", "modes": {mode: {"c1": {...}}}, "identical_effective_config",
+        "notice", "rows": [...]}``; ``rows`` is flat (one per mode x level) for the CSV.
+    """
+    summary: dict[str, Any] = {"baseline": baseline, "modes": {}, "rows": []}
+    if "point" not in runs:  # results from before the context/output axes
+        runs = runs.assign(point=[f"c{int(c)}" for c in runs["concurrency"]])
+    for mode in results:
+        summary["modes"][mode] = {}
+        mine = runs[runs["mode"] == mode]
+        for key in dict.fromkeys(mine["point"]):
+            sub = mine[mine["point"] == key]
+            level = int(sub["concurrency"].iloc[0])
+            entry: dict[str, Any] = {"concurrency": level, "repeats": int(len(sub))}
+            row: dict[str, Any] = {"mode": mode, "point": key, "concurrency": level,
+                                   "engine": results[mode].get("engine")}
+            for axis in ("context_tokens", "max_new_tokens"):
+                if axis in sub and sub[axis].notna().any():
+                    entry[axis] = row[axis] = int(sub[axis].iloc[0])
+            if "errors" in sub:  # failed requests are counted, never dropped
+                entry["requests"] = row["requests"] = int(sub["requests"].sum())
+                entry["errors"] = row["errors"] = int(sub["errors"].sum())
+            shown = catalog.shown_in(catalog.SUMMARY)
+            for m in shown:
+                if m.name in sub and sub[m.name].notna().any():
+                    est = Estimate.of(m.name, sub[m.name].dropna().tolist())
+                    entry[m.name] = est.to_dict()
+                    row.update(est.columns(m.name))
+            if baseline and mode != baseline:
+                base = runs[(runs["mode"] == baseline) & (runs["point"] == key)]
+                for m in shown:
+                    if "welch" in m.speedups and m.name in sub and len(base):
+                        r = Ratio.welch(base[m.name].tolist(), sub[m.name].tolist(),
+                                        higher_is_better=m.higher_is_better)
+                        k = catalog.speedup_key(m.name, "welch")
+                        entry[k] = r.to_dict()
+                        row.update(r.columns(k))
+            summary["modes"][mode][key] = entry
+            summary["rows"].append(row)
+    # Same resolved arguments *and* the same measured CUDA-graph share of verify: the
+    # emulator (and older SGLang builds) run prefill-mode verify outside graphs.
+    groups = identical_modes({
+        m: ({**r["effective_config"], "measured_verify_graph_fraction":
+             _round(r.get("headline", {}).get("verify_graph_fraction"))} if r.get("effective_config") else None)
+        for m, r in results.items()})
+    summary["identical_effective_config"] = groups
+    summary["notice"] = identical_notice(groups)
+    return summary
+
+
+def lean_numbers(summary: dict[str, Any]) -> dict[str, float]:
+    """Flat numbers for DVC (``reports/summary.json``) and MLflow: ``<mode>.<point>.<metric>``
+    means of every metric :mod:`lab.catalog` shows in ``mlflow``, each of their speedups over
+    the baseline with its interval (``<mode>.<point>.speedup_<metric>``,
+    ``...paired_speedup_<metric>``, ``..._ci95_lo``, ``..._ci95_hi``: the finite ones),
+    ``<mode>.beats_up_to_req_s`` of the open-loop comparison (:mod:`lab.analysis.load`) and
+    ``<mode>.lossless.*`` of the lossless check (:func:`lab.analysis.lossless.flat_metrics`)."""
+    flat: dict[str, float] = {}
+    shown = catalog.shown_in(catalog.MLFLOW)
+    for mode, levels in summary["modes"].items():
+        for lvl, e in levels.items():
+            for m in shown:
+                if (est := Estimate.from_dict(e.get(m.name))) is not None:
+                    flat[f"{mode}.{lvl}.{m.name}"] = est.mean
+                for kind in m.speedups:
+                    k = catalog.speedup_key(m.name, kind)
+                    if (r := Ratio.from_dict(e.get(k))) is not None:
+                        flat.update(r.flat(f"{mode}.{lvl}.{k}"))
+    flat.update(summary.get("load_flat") or {})  # lab.analysis.load: beats_up_to_req_s
+    if summary.get("lossless"):  # lab.analysis.lossless: <mode>.lossless.identical_share, ...
+        from lab.analysis.lossless import flat_metrics
+
+        flat.update(flat_metrics(summary["lossless"]))
+    return flat
+
+
+def add_lossless(summary: dict[str, Any], results_dir: Path, modes: list[str], baseline: str | None, *,
+                 bench: BenchParams, lossless: LosslessParams, simulated: Collection[str] = (),
+                 root: Path | None = None) -> None:
+    """Run :func:`lab.analysis.lossless.check_lossless` on ``<results_dir>/<mode>/requests.jsonl``
+    and add it to ``summary``: ``summary["lossless"]`` (the check's dict), its warnings
+    appended to ``summary["warnings"][mode]``, and ``lossless_identical_share`` on every
+    checked row of ``summary["rows"]`` (summary.csv, ``dvc plots``).
+
+    Prompt heads come from ``bench.dataset`` (relative to ``root``, default the repository
+    root; none when it cannot be read); the modes in ``simulated`` (``simulate_accept_length``
+    set) are not checked (SGLang then accepts draft tokens unverified). The threshold is
+    ``lossless.min_identical_share``; sampling (``bench.temperature`` > 0) is not checked.
+    """
+    from lab.analysis.lossless import check_lossless
+    from lab.workload.dataset import DatasetError, load_prompts
+
+    records: dict[str, list[dict[str, Any]]] = {}
+    for mode in modes:
+        path = results_dir / mode / "requests.jsonl"
+        lines = path.read_text().splitlines() if path.is_file() else []
+        records[mode] = [json.loads(line) for line in lines if line.strip()]
+    try:
+        texts = {i: p.messages[-1]["content"] for i, p in
+                 enumerate(load_prompts((root or repo_root()) / bench.dataset))}
+    except (DatasetError, OSError):
+        texts = {}
+    skip = {m: "simulated acceptance (SGLANG_SIMULATE_ACC_LEN) accepts draft tokens unverified"
+            for m in modes if m in simulated}
+    res = check_lossless(records, baseline, temperature=bench.temperature,
+                         min_identical_share=lossless.min_identical_share, prompt_texts=texts, skip=skip)
+    summary["lossless"] = res
+    for mode, ws in res["warnings"].items():
+        summary.setdefault("warnings", {}).setdefault(mode, []).extend(ws)
+    for row in summary["rows"]:
+        pt = ((res["modes"].get(row["mode"]) or {}).get("points") or {}).get(row.get("point"))
+        if pt:
+            row["lossless_identical_share"] = pt["identical_share"]
+
+
+def _round(x: float | None) -> float | None:
+    """``x`` rounded to 0.1 (None stays None): a measured fraction compared across modes."""
+    return None if x is None else round(float(x), 1)

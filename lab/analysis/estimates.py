@@ -1,0 +1,160 @@
+"""Typed results of the statistics: a mean with its interval, a speedup with its verdict.
+
+:class:`Estimate` and :class:`Ratio` are what the aggregation and the comparison compute; they
+become dicts (``comparison.json``, ``result.json``) or flat CSV columns (``summary.csv``) only
+when written, through :meth:`Estimate.to_dict` / :meth:`Estimate.columns` and
+:meth:`Ratio.to_dict` / :meth:`Ratio.columns`, and come back from a CSV row through
+``from_columns``. The column names are made here and nowhere else:
+
+- a metric ``m``: ``m_mean``, ``m_ci95_lo``, ``m_ci95_hi``;
+- a speedup entry ``k`` (:func:`lab.catalog.speedup_key`: ``speedup_m``, ``paired_speedup_m``):
+  ``k``, ``k_ci95_lo``, ``k_ci95_hi`` and its verdict ``verdict_m`` / ``paired_verdict_m``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from lab.analysis import stats
+
+__all__ = ["Estimate", "Ratio", "verdict_column"]
+
+
+def _num(x: Any) -> float | None:
+    """A CSV cell or a number as a float; empty, missing, unparsable or NaN -> None."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if v != v else v
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def verdict_column(key: str) -> str:
+    """The verdict column of a speedup entry: ``speedup_m`` -> ``verdict_m``,
+    ``paired_speedup_m`` -> ``paired_verdict_m``."""
+    return key.replace("speedup_", "verdict_", 1)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A metric's mean over repeats with its 95 % interval (:func:`lab.analysis.stats.metric_ci`).
+
+    :ivar mean, ci95_lo, ci95_hi: in the metric's unit (bounds NaN with one repeat).
+    :ivar values: the per-repeat values (kept in result.json's ``levels``; None elsewhere).
+    """
+
+    mean: float
+    ci95_lo: float
+    ci95_hi: float
+    values: list[float] | None = None
+
+    @classmethod
+    def of(cls, name: str, values: list[float], *, keep_values: bool = False) -> "Estimate":
+        """The interval :mod:`lab.catalog` declares for ``name`` over ``values`` (one per repeat)."""
+        mean, lo, hi = stats.metric_ci(name, values)
+        return cls(mean, lo, hi, list(values) if keep_values else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"mean", "ci95_lo", "ci95_hi"}`` (and ``"values"`` when kept)."""
+        d: dict[str, Any] = {"mean": self.mean, "ci95_lo": self.ci95_lo, "ci95_hi": self.ci95_hi}
+        if self.values is not None:
+            d["values"] = self.values
+        return d
+
+    def columns(self, name: str) -> dict[str, float]:
+        """The flat columns of metric ``name``: ``<name>_mean``, ``<name>_ci95_lo``, ``<name>_ci95_hi``."""
+        return {f"{name}_mean": self.mean, f"{name}_ci95_lo": self.ci95_lo, f"{name}_ci95_hi": self.ci95_hi}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "Estimate | None":
+        """From :meth:`to_dict`'s shape (None, or no finite mean: None)."""
+        if not d or _num(d.get("mean")) is None:
+            return None
+        lo, hi = _num(d.get("ci95_lo")), _num(d.get("ci95_hi"))
+        return cls(float(d["mean"]), math.nan if lo is None else lo, math.nan if hi is None else hi, d.get("values"))
+
+    @classmethod
+    def from_columns(cls, row: Mapping[str, Any], name: str) -> "Estimate | None":
+        """From a flat row (a ``summary.csv`` row: strings, empty cells) of metric ``name``."""
+        mean = _num(row.get(f"{name}_mean"))
+        if mean is None:
+            return None
+        lo, hi = _num(row.get(f"{name}_ci95_lo")), _num(row.get(f"{name}_ci95_hi"))
+        return cls(mean, math.nan if lo is None else lo, math.nan if hi is None else hi)
+
+    def text(self, digits: int = 1, *, interval: bool = True) -> str:
+        """``"82.1 [81.9, 82.3]"`` (the interval when asked for and both bounds are finite), or ``"82.1"``."""
+        out = f"{self.mean:.{digits}f}"
+        if interval and math.isfinite(self.ci95_lo) and math.isfinite(self.ci95_hi):
+            out += f" [{self.ci95_lo:.{digits}f}, {self.ci95_hi:.{digits}f}]"
+        return out
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A speedup over the baseline: ``ratio`` with its 95 % interval and verdict.
+
+    :ivar ratio: mode / baseline (None: undefined). :ivar ci95_lo, ci95_hi: None when undefined.
+    :ivar verdict: :func:`lab.analysis.stats.verdict`'s word (None: not judged).
+    :ivar extra: what its estimator adds (``paired``, ``n_prompts``, ``n_pairs``, ``method``...),
+        kept in :meth:`to_dict`.
+    """
+
+    ratio: float | None
+    ci95_lo: float | None
+    ci95_hi: float | None
+    verdict: str | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def welch(cls, base: list[float], other: list[float], *, higher_is_better: bool = True) -> "Ratio":
+        """``mean(other) / mean(base)`` with :func:`lab.analysis.stats.ratio_ci` and its verdict."""
+        r, lo, hi = stats.ratio_ci(base, other)
+        return cls(r, lo, hi, stats.verdict(r, lo, hi, higher_is_better=higher_is_better))
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"ratio", "ci95_lo", "ci95_hi", "verdict", **extra}`` (comparison.json's entry)."""
+        return {"ratio": self.ratio, "ci95_lo": self.ci95_lo, "ci95_hi": self.ci95_hi, "verdict": self.verdict,
+                **self.extra}
+
+    def columns(self, key: str) -> dict[str, Any]:
+        """The flat columns of speedup entry ``key``: ``key``, ``key_ci95_lo``, ``key_ci95_hi`` and
+        its :func:`verdict_column`."""
+        return {key: self.ratio, f"{key}_ci95_lo": self.ci95_lo, f"{key}_ci95_hi": self.ci95_hi,
+                verdict_column(key): self.verdict}
+
+    def flat(self, prefix: str) -> dict[str, float]:
+        """MLflow / summary.json numbers: ``<prefix>``, ``<prefix>_ci95_lo``, ``<prefix>_ci95_hi``,
+        the finite ones only."""
+        out = {prefix: _finite(self.ratio), f"{prefix}_ci95_lo": _finite(self.ci95_lo),
+               f"{prefix}_ci95_hi": _finite(self.ci95_hi)}
+        return {k: v for k, v in out.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "Ratio | None":
+        """From :meth:`to_dict`'s shape (comparison.json); None when absent."""
+        if not d:
+            return None
+        extra = {k: v for k, v in d.items() if k not in ("ratio", "ci95_lo", "ci95_hi", "verdict")}
+        return cls(_num(d.get("ratio")), _num(d.get("ci95_lo")), _num(d.get("ci95_hi")), d.get("verdict"), extra)
+
+    @classmethod
+    def from_columns(cls, row: Mapping[str, Any], key: str) -> "Ratio | None":
+        """From a flat row (``summary.csv``) of speedup entry ``key``; None without a ratio."""
+        ratio = _num(row.get(key))
+        if ratio is None:
+            return None
+        return cls(ratio, _num(row.get(f"{key}_ci95_lo")), _num(row.get(f"{key}_ci95_hi")),
+                   row.get(verdict_column(key)) or None)
+
+    def text(self) -> str | None:
+        """``"1.17x [1.16, 1.18] faster"`` (:func:`lab.analysis.stats.format_speedup`); None without a ratio."""
+        if self.ratio is None or math.isnan(self.ratio):
+            return None
+        return stats.format_speedup(self.ratio, _finite(self.ci95_lo), _finite(self.ci95_hi), self.verdict)

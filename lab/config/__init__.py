@@ -1,0 +1,31 @@
+"""Typed view of ``params.yaml``: the lab's single source of truth.
+
+Everything that starts a server, a benchmark or a figure reads its settings through
+:func:`load_params`, which validates the whole file with pydantic before anything runs.
+An unknown key, a wrong type or an impossible combination raises :class:`ParamsError`
+whose message names the key (``modes.eagle3_prefill.num_draft_tokens``) and the fix.
+
+One module per concern, each importing no other lab package (``tests/unit/test_layout.py``)
+but the physics stage's standard-library schema:
+
+- :mod:`lab.config.schema`: the section models and :class:`LabParams` (speculative rules of SGLang 0.5.23);
+- :mod:`lab.config.loading`: :func:`load_params` and its error messages;
+- :mod:`lab.config.dataset_rules`: ``bench.dataset`` as a local file or a Hugging Face id;
+- :mod:`lab.config.emulator_faults`: the grammar of ``emulator.faults``;
+- :mod:`lab.config.physics_model`: the ``physics:`` section, from :class:`lab.physics.params.PhysicsConfig`;
+- :mod:`lab.config.paths`: the repository root and a DVC experiment's main checkout;
+- :mod:`lab.config.tracking_uri`: the MLflow tracking URI resolved against the main checkout;
+- :mod:`lab.config.base`: the strict base model of every section.
+
+The names below are re-exported here: ``from lab.config import LabParams, load_params``.
+"""
+
+from lab.config.dataset_rules import check_dataset_params, is_hf_id
+from lab.config.loading import SERVER_PLACEMENT_ENV, load_params
+from lab.config.paths import find_repo_root, main_repo_root, repo_root
+from lab.config.schema import (BenchParams, DatasetColumns, EmulatorParams, LabParams, LosslessParams, MlflowParams,
+                               ModelParams, ModeParams, ParamsError, PhysicsParams, ServerParams, SloParams)
+
+__all__ = ["ParamsError", "LabParams", "ModeParams", "BenchParams", "ServerParams", "ModelParams", "EmulatorParams",
+           "SloParams", "DatasetColumns", "LosslessParams", "MlflowParams", "PhysicsParams", "load_params", "repo_root",
+           "find_repo_root", "main_repo_root", "is_hf_id", "check_dataset_params", "SERVER_PLACEMENT_ENV"]

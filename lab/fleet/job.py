@@ -1,0 +1,205 @@
+"""Inside one Slurm job: run one stage in the job's own checkout, hand its outputs over
+through the shared DVC run cache, record the outcome, clean up.
+
+``python -m lab.fleet.job SWEEP_DIR STAGE`` is what a job script (:mod:`lab.fleet.script`)
+execs, from the checkout it cloned, so this code is the sweep commit's. In order:
+
+1. writes the job's record (``running``: node, start, checkout, log) into the sweep dir;
+2. points the checkout's DVC at the shared cache (``.dvc/config.local``: ``cache.dir``, and
+   ``core.site_cache_dir`` inside the checkout, so DVC leaves nothing under ``/var/tmp``);
+3. restores every upstream stage from the run cache (``compare`` needs each mode's results)
+   and refuses, measuring nothing, if one is missing (``python -m lab.fleet.runcache restore``);
+4. runs the stage (``python -m lab.fleet.runcache run STAGE``: ``dvc repro --single-item``,
+   then its run-cache entry) with the job's placement in the environment: the sweep's MLflow
+   parent (``LAB_MLFLOW_PARENT_RUN_ID``), a free loopback port for the engine
+   (``LAB_SERVER_PORT``: jobs sharing a node never collide), temp and Jupyter runtime files
+   inside the checkout; for a multi-node server (``server.nnodes > 1``) node 0's address as
+   ``--dist-init-addr`` and the other ranks started on the other nodes (:mod:`lab.fleet.rank`);
+5. records ``ok``, ``failed`` or ``cancelled`` with the exit code; after a failure ends this
+   job's MLflow runs still RUNNING (``FAILED``, ``KILLED`` when cancelled) and the sweep's parent
+   with them, and keeps the checkout (partial results, executed notebook) for inspection;
+   after success removes the checkout (its outputs are in the run cache).
+
+Slurm's ``scancel`` sends SIGTERM to every process of the job at once (then SIGKILL after the
+cluster's KillWait): the stage stops its engine itself (:mod:`lab.pipeline.interrupt`), and
+this runner forwards the signal to its child, waits for it, and records ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lab.fleet.fleet_sweep import Sweep, now, write_record
+
+__all__ = ["main", "job_env", "configure_dvc"]
+
+
+def configure_dvc(checkout: Path, cache_dir: str) -> None:
+    """Write the checkout's ``.dvc/config.local`` (git-ignored): the shared cache, and DVC's
+    site cache inside the checkout."""
+    (checkout / ".dvc" / "config.local").write_text(
+        f"[cache]\n    dir = {cache_dir}\n[core]\n    site_cache_dir = {checkout / '.dvc' / 'tmp' / 'site'}\n")
+
+
+def job_env(checkout: Path, parent_run_id: str, port: int) -> dict[str, str]:
+    """The stage's environment: this job's own plus the placement (module docstring, step 4)."""
+    from lab.config import SERVER_PLACEMENT_ENV
+    from lab.tracking.grouping import PARENT_RUN_ENV
+
+    tmp = checkout / ".cache" / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    port_env = next(k for k, v in SERVER_PLACEMENT_ENV.items() if v == "port")
+    return {**os.environ, PARENT_RUN_ENV: parent_run_id, port_env: str(port), "TMPDIR": str(tmp),
+            "JUPYTER_RUNTIME_DIR": str(tmp / "jupyter"), "DVC_NO_ANALYTICS": "1"}
+
+
+def _secret_names() -> list[str]:
+    from lab.fleet.script import PASS_BY_NAME
+    from lab.redact import is_secret_name
+
+    return [n for n in PASS_BY_NAME if is_secret_name(n) and os.environ.get(n)]
+
+
+class _Child:
+    """The running step; SIGTERM/SIGINT to this runner are passed on to it."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.signalled: int | None = None
+
+    def handle(self, signum, frame) -> None:
+        self.signalled = signum
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signum)
+
+    def run(self, argv: list[str], env: dict[str, str], cwd: Path) -> int:
+        if self.signalled:
+            return 128 + self.signalled
+        self.proc = subprocess.Popen(argv, env=env, cwd=cwd)
+        while True:
+            try:
+                return self.proc.wait()
+            except InterruptedError:  # pragma: no cover (PEP 475 retries)
+                continue
+
+
+def _multi_node_ranks(stage: str, env: dict[str, str]) -> subprocess.Popen | None:
+    """For ``bench@<mode>`` with ``server.nnodes > 1``: set node 0's address and start ranks
+    1..N-1 on the job's other nodes (one ``srun`` step); None for a single-node stage."""
+    if not stage.startswith("bench@"):
+        return None
+    from lab.config import SERVER_PLACEMENT_ENV, load_params
+    from lab.engine.ports import free_port
+    from lab.fleet.rank import srun_ranks_argv
+    from lab.fleet.slurm import hostnames
+
+    params = load_params()
+    n = params.server.nnodes
+    if n <= 1:
+        return None
+    nodes = hostnames(os.environ["SLURM_JOB_NODELIST"])
+    addr = f"{socket.gethostbyname(nodes[0])}:{free_port()}"
+    env[next(k for k, v in SERVER_PLACEMENT_ENV.items() if v == "dist_init_addr")] = addr
+    print(f"[lab] fleet: multi-node server over {n} nodes {nodes}: --dist-init-addr {addr} (node 0); "
+          f"ranks 1..{n - 1} on the other nodes", flush=True)
+    return subprocess.Popen(srun_ranks_argv(stage.split("@", 1)[1], n, sys.executable), env=env)
+
+
+def _end_runs(sweep: Sweep, job_id: str, status: str) -> None:
+    """After a failure: this job's RUNNING MLflow runs and the sweep's parent end ``status``."""
+    try:
+        from lab.tracking.tracker import Tracker
+
+        tracker = Tracker.for_store(sweep.data["tracking_uri"], sweep.data["experiment"])
+        client = tracker.client
+        for run in tracker.search_runs(f"tags.slurm_job_id = '{job_id}' and attributes.status = 'RUNNING'"):
+            client.set_terminated(run.info.run_id, status)
+            print(f"[lab] fleet: MLflow run {run.info.run_id} ({run.info.run_name}) ended {status}", flush=True)
+        parent = sweep.data.get("parent_run_id")
+        if parent and client.get_run(parent).info.status == "RUNNING":
+            client.set_terminated(parent, status)
+            print(f"[lab] fleet: the sweep's MLflow parent {parent} ended {status} "
+                  "(lab fleet submit re-opens it for the stages still missing)", flush=True)
+    except Exception as exc:  # the tracking server down: the stage's files and log still say what happened
+        print(f"[lab] fleet: could not end the MLflow runs of job {job_id}: {exc}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``STAGE`` of the sweep in ``SWEEP_DIR`` from the current checkout (module docstring).
+    Exit code: the stage's (0 ok), 128 + signal when cancelled."""
+    from lab.engine.ports import free_port
+
+    sweep_dir, stage = (sys.argv[1:] if argv is None else argv)[:2]
+    sweep = Sweep.load(Path(sweep_dir))
+    checkout = Path.cwd()
+    job_id = os.environ.get("SLURM_JOB_ID", "local")
+    record = {"stage": stage, "job_id": job_id, "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+              "started": now(), "ended": None, "status": "running", "exit_code": None,
+              "checkout": str(checkout), "commit": sweep.data["commit"]}
+    write_record(sweep.dir, stage, job_id, record)
+    child = _Child()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, child.handle)
+    configure_dvc(checkout, sweep.data["cache_dir"])
+    port = free_port()
+    env = job_env(checkout, sweep.data["parent_run_id"], port)
+    secrets = _secret_names()
+    print(f"[lab] fleet: job {job_id} on {record['node']}: stage {stage} of {sweep.id} at commit "
+          f"{sweep.data['commit'][:12]} in {checkout}; engine port {port} on 127.0.0.1; DVC cache "
+          f"{sweep.data['cache_dir']}; MLflow parent {sweep.data['parent_run_id']}", flush=True)
+    print(f"[lab] fleet: credentials from the submitting shell, by name (values never written): "
+          f"{', '.join(secrets) or 'none'}", flush=True)
+    ranks = None
+    rc = 0
+    try:
+        upstream = sweep.ancestors(stage)
+        if upstream:
+            rc = child.run([sys.executable, "-m", "lab.fleet.runcache", "restore", *upstream], env, checkout)
+        if rc == 0:
+            ranks = _multi_node_ranks(stage, env)
+            rc = child.run([sys.executable, "-m", "lab.fleet.runcache", "run", stage], env, checkout)
+    except Exception:  # recorded as a failure below, never left "running"
+        import traceback
+
+        traceback.print_exc()
+        rc = 1
+    finally:
+        if ranks is not None and ranks.poll() is None:
+            ranks.terminate()  # srun passes it to every rank
+            try:
+                ranks.wait(60)
+            except subprocess.TimeoutExpired:
+                ranks.kill()
+    if rc < 0:  # the child died of a signal: the shell's convention, 128 + signal
+        rc = 128 - rc
+    if rc > 128 and not child.signalled:
+        # scancel signals every process of the job at once: the child may end before this
+        # runner's own SIGTERM arrives. Give it a moment, so a cancel is recorded as one.
+        deadline = time.monotonic() + 2.0
+        while not child.signalled and time.monotonic() < deadline:
+            time.sleep(0.05)
+    if child.signalled:
+        rc = rc or 128 + child.signalled
+    status = "ok" if rc == 0 else ("cancelled" if child.signalled else "failed")
+    record.update(ended=now(), status=status, exit_code=rc)
+    write_record(sweep.dir, stage, job_id, record)  # first: a SIGKILL after KillWait loses nothing else
+    if status != "ok":
+        _end_runs(sweep, job_id, "KILLED" if status == "cancelled" else "FAILED")
+    if status == "ok":
+        shutil.rmtree(checkout, ignore_errors=True)
+        print(f"[lab] fleet: stage {stage} done; its outputs are in the run cache; checkout removed", flush=True)
+    else:
+        print(f"[lab] fleet: stage {stage} {status} (exit {rc}); its checkout stays for inspection: {checkout}",
+              flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

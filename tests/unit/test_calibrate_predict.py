@@ -1,0 +1,182 @@
+"""``lab predict`` / ``lab sweep --order`` on synthetic results of a known profile: held-out
+configurations predicted near the profile's own replay, undetermined ones refused with what they
+need, the attention-mode rule by build, rankings, the CLI's files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from calib_synth import PROMPTS, write_result
+from lab.calibrate.calibrate_cli import calibrate_main, parse_grid, predict_main
+from lab.calibrate.fit import calibrate
+from lab.calibrate.order import rank
+from lab.calibrate.predict import Candidate, PredictPoint, Workload, predict
+from lab.calibrate.prediction_report import markdown, measured_by_config
+from lab.calibrate.simulate import ProfileCosts, SimRequest, chain_sampler, simulate_run
+from lab.emulator.profile import load_profile
+from lab.workload.dataset import workload_indices
+
+ROOT = Path(__file__).resolve().parents[2]
+HIDDEN = ROOT / "benchmarks" / "profiles" / "validation_h200_0516.json"
+WL = Workload(num_prompts=4, repeats=3, seed=0)
+POINTS = [PredictPoint("c1", 1, 0, 24), PredictPoint("c4", 4, 0, 24)]
+
+
+def _spec(steps, mode):
+    return Candidate(name=f"s{steps}_{mode}", speculative=True, num_steps=steps, topk=1, num_draft_tokens=steps + 1,
+                     attention_mode=mode)
+
+
+@pytest.fixture(scope="module")
+def prof():
+    return load_profile(HIDDEN)[0]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, prof):
+    d = tmp_path_factory.mktemp("pred")
+    return {"baseline": write_result(d / "baseline", prof),
+            "s1": write_result(d / "s1", prof, spec={"num_steps": 1, "attention_mode": "decode"}),
+            "s2": write_result(d / "s2", prof, spec={"num_steps": 2, "attention_mode": "decode"}, seed=2),
+            "s4": write_result(d / "s4", prof, spec={"num_steps": 4, "attention_mode": "prefill"}, seed=1)}
+
+
+def _truth(prof, cand: Candidate, point: PredictPoint, n: int = 200) -> float:
+    """Expected measured decode tok/s of ``cand`` under the true profile (the same replay, many seeds)."""
+    vals = []
+    for s in range(n):
+        rep = s % WL.repeats
+        reqs = [SimRequest(PROMPTS[i], PROMPTS[i], point.output_tokens)
+                for i in workload_indices(len(PROMPTS), WL.num_prompts, WL.seed + rep)]
+        costs = ProfileCosts(prof, num_steps=cand.num_steps, num_draft_tokens=cand.num_draft_tokens,
+                             attention_mode=cand.attention_mode)
+        sampler = chain_sampler([prof.p_accept] * cand.num_steps) if cand.speculative else None
+        vals.append(simulate_run(reqs, costs, sampler=sampler, rng=random.Random(10_000 + s),
+                                 concurrency=point.concurrency)["decode_tok_s"])
+    return statistics.fmean(vals)
+
+
+def test_held_out_configurations_are_predicted_near_the_true_profile(results, prof):
+    cal = calibrate([results["baseline"], results["s1"], results["s4"]])
+    cands = [Candidate("baseline", False), _spec(2, "decode"), _spec(3, "prefill")]
+    preds = predict(cal, cands, POINTS, WL, draws=60, seed=1)
+    assert all(p.status == "ok" for p in preds)
+    for p in preds:
+        truth = _truth(prof, p.candidate, p.point)
+        d = p.metrics["decode_tok_s"]
+        assert d["pred"] == pytest.approx(truth, rel=0.04), (p.candidate.key, p.point.key)
+        assert d["lo"] < d["pred"] < d["hi"]
+        if p.candidate.speculative:
+            assert 0.0 <= p.p_win <= 1.0 and p.metrics["speedup_decode_tok_s"]["pred"] > 1.0
+    ranked = rank(preds, "c1", "win")
+    assert [p.candidate.key for p in ranked][0] == "s3_k1_d4_prefill"  # 3 steps beat 2 on this profile
+
+
+def test_undetermined_predictions_name_what_they_need(results):
+    cal = calibrate([results["baseline"], results["s2"]])
+    cands = [Candidate("baseline", False), _spec(1, "decode"), _spec(3, "decode"), _spec(2, "prefill")]
+    preds = {p.candidate.key: p for p in predict(cal, cands, POINTS[:1], WL, draws=20)}
+    assert preds["s1_k1_d2_decode"].status == "undetermined"
+    assert any("verify.per_extra_token_ms" in n for n in preds["s1_k1_d2_decode"].needs)
+    assert any("draft positions 3..3" in n for n in preds["s3_k1_d4_decode"].needs)
+    # SGLang 0.5.16: the other attention mode runs the same verify (same backend): predicted
+    assert preds["s2_k1_d3_prefill"].status == "ok"
+    text = markdown(list(preds.values()), cal, "c1")
+    assert "Not predicted" in text and "verify.per_extra_token_ms" in text
+
+
+def test_other_attention_mode_is_refused_for_a_build_without_the_rule(tmp_path, prof):
+    d = {"baseline": write_result(tmp_path / "baseline", prof, engine_version="seeds-build"),
+         "s2": write_result(tmp_path / "s2", prof, spec={"num_steps": 2, "attention_mode": "decode"},
+                            engine_version="seeds-build")}
+    cal = calibrate(list(d.values()))
+    p = predict(cal, [Candidate("baseline", False), _spec(2, "prefill")], POINTS[:1], WL, draws=10)[1]
+    assert p.status == "undetermined" and any("mode:prefill was never measured" in n for n in p.needs)
+
+
+def test_rank_orders(results):
+    cal = calibrate([results["baseline"], results["s2"]])
+    preds = predict(cal, [Candidate("baseline", False), _spec(2, "decode"), _spec(3, "decode")], POINTS[:1], WL, draws=20)
+    win = rank(preds, "c1", "win")
+    assert [p.status for p in win] == ["ok", "undetermined"]
+    unc = rank(preds, "c1", "uncertain")
+    assert unc[0].status == "undetermined"
+    with pytest.raises(ValueError, match="use one of"):
+        rank(preds, "c1", "fastest")
+    with pytest.raises(ValueError, match="no speculative prediction at point 'c9'"):
+        rank(preds, "c9", "win")
+
+
+def test_measured_values_sit_beside_predictions(results):
+    cal = calibrate([results["baseline"], results["s1"], results["s4"]])
+    measured = measured_by_config([results["s2"], results["baseline"]])
+    assert "speedup_decode_tok_s" in measured["s2_k1_d3_decode"]["c1"]
+    p = [q for q in predict(cal, [Candidate("baseline", False), _spec(2, "decode")], POINTS, WL, draws=30,
+                            measured=measured) if q.candidate.speculative][0]
+    assert p.measured["decode_tok_s"] == measured["s2_k1_d3_decode"]["c1"]["decode_tok_s"]
+    assert abs(p.to_dict()["error_pct"]["decode_tok_s"]) < 6.0
+
+
+def test_cli_writes_calibration_profile_and_predictions(results, tmp_path, capsys):
+    params = yaml_params(tmp_path)
+    out = tmp_path / "cal"
+    args = argparse.Namespace(results=[results["baseline"], results["s1"], results["s4"]], out=out, name="fitted",
+                              fill_from=None, points=None)
+    assert calibrate_main(args) == 0
+    assert {"calibration.json", "profile.json", "calibration.md"} <= {p.name for p in out.iterdir()}
+    assert json.loads((out / "profile.json").read_text())["decode"]["graph_ms_bs1"]["fit"]["results"]
+    pargs = argparse.Namespace(calibration=out / "calibration.json", params=str(params), grid=["num_steps=2,3"],
+                               concurrency=None, request_rate=None, point="c1", order="win", draws=20, seed=0,
+                               measured=[results["s2"]], out=tmp_path / "pred")
+    assert predict_main(pargs) == 0
+    printed = capsys.readouterr().out
+    assert "ranking at c1" in printed
+    pred = json.loads((tmp_path / "pred" / "predictions.json").read_text())
+    assert pred["ranking"] and "EMULATOR" in pred["caption"]
+    assert (tmp_path / "pred" / "predicted_vs_measured.png").stat().st_size > 1000
+    bad = argparse.Namespace(results=[tmp_path / "nothing"], out=out, name="x", fill_from=None, points=None)
+    assert calibrate_main(bad) == 2 and "no result.json" in capsys.readouterr().err
+    assert parse_grid(["num_steps=1,2", "prefill_attention_backend=null,fa3"]) == {
+        "num_steps": [1, 2], "prefill_attention_backend": [None, "fa3"]}
+
+
+def yaml_params(tmp_path: Path) -> Path:
+    """params.yaml of the repository with a small bench matching the synthetic results."""
+    import yaml
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["bench"].update(num_prompts=4, max_new_tokens=24, concurrency=[1, 4], repeats=3, request_rates=[])
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def test_sweep_writes_generated_modes_in_the_given_order(tmp_path):
+    from lab.pipeline.sweep import check_current, write_modes
+
+    path = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", path)
+    modes, _ = write_modes(path)
+    want = list(reversed(list(modes)))
+    again, _ = write_modes(path, order=want[:2])
+    assert list(again)[:2] == want[:2] and set(again) == set(modes)
+    import yaml
+
+    raw = yaml.safe_load(path.read_text())
+    assert [m for m in raw["modes"] if m.startswith("sw_")][:2] == want[:2]
+    check_current(raw)  # the order does not make the generated modes stale
+
+
+def test_points_can_be_held_out_of_a_calibration(results):
+    cal = calibrate([results["baseline"], results["s2"]], points={"c1"})
+    assert {w.point for w in cal.obs.windows} == {"c1"}
+    assert not cal.constants()["decode.per_extra_seq_ms"]["determined"]  # one batch size left
+    p = predict(cal, [Candidate("baseline", False)], POINTS, WL, draws=10)
+    assert [q.status for q in p] == ["ok", "undetermined"]  # c4 needs the per-sequence slope

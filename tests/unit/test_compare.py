@@ -1,0 +1,80 @@
+"""The comparison table (lab.report.tables.summary_markdown) and `lab summary`: numbers from a
+known runs frame, the same table from the CSV round trip, and the missing-report error."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from lab.cli import main as lab_main
+from lab.analysis.comparison import summarize
+from lab.report.tables import read_summary_rows, summary_markdown, write_csv
+
+
+def _summary():
+    runs = pd.DataFrame([
+        *({"mode": "base", "point": "c1", "concurrency": 1, "decode_tok_s": v, "output_tok_s": v - 1,
+           "cycle_ms": 1000 / v} for v in (80.0, 82.0, 84.0)),
+        *({"mode": "spec", "point": "c1", "concurrency": 1, "decode_tok_s": v, "output_tok_s": v - 1,
+           "cycle_ms": 20.0, "accept_length": 1.9, "verify_ms": 18.0} for v in (96.0, 97.0, 98.0)),
+    ])
+    results = {"base": {"engine": "emulator"}, "spec": {"engine": "emulator"}}
+    return summarize(results, runs, "base")
+
+
+def test_summary_markdown_known_numbers():
+    table = summary_markdown(_summary()["rows"], "base").splitlines()
+    assert table[0].startswith("| mode | point | decode tok/s [95 % CI]")
+    base, spec = table[2], table[3]
+    # mean 82 with a t-interval of 2 +/- 4.303 * 2 / sqrt(3)
+    assert base.startswith("| base | c1 | 82.0 [77.0, 87.0] | 81.0 [76.0, 86.0] | - | - | 12.2 |")
+    assert base.endswith("| reference | reference |")
+    cells = [c.strip() for c in spec.strip("|").split("|")]
+    assert cells[:7] == ["spec", "c1", "97.0 [94.5, 99.5]", "96.0 [93.5, 98.5]", "1.90", "18.0", "20.0"]
+    assert cells[7].startswith("1.18x [") and cells[7].endswith("faster")
+
+
+def test_summary_markdown_same_from_csv(tmp_path):
+    summary = _summary()
+    write_csv(summary["rows"], tmp_path / "summary.csv")
+    assert summary_markdown(read_summary_rows(tmp_path / "summary.csv"), "base") == summary_markdown(
+        summary["rows"], "base")
+
+
+def test_lab_summary_prints_table_or_says_what_to_run(tmp_path, capsys):
+    assert lab_main(["summary", "--reports", str(tmp_path)]) == 2
+    assert "run `dvc repro`" in capsys.readouterr().err
+    summary = _summary()
+    write_csv(summary["rows"], tmp_path / "summary.csv")
+    comp = {k: v for k, v in summary.items() if k != "rows"}
+    comp.update(caption="engine: emulator", warnings={"base": ["c=8: one wave"], "spec": ["c=8: one wave"]})
+    (tmp_path / "comparison.json").write_text(json.dumps(comp))
+    assert lab_main(["summary", "--reports", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    # the answer first (lab.report.answer), then the full table
+    assert out.startswith("Does EAGLE-3 beat plain decoding here? Speedup over base")
+    answer, table = out.split("\n\n", 1)
+    assert "    c1: decode tok/s 1.18x [" in answer and "accept length 1.90, verify 18.0 ms" in answer
+    assert answer.count("c=8: one wave") == 1 and "Warning (base, spec): c=8: one wave" in answer
+    assert f"Report: {tmp_path / 'report.html'}" in answer
+    assert "| spec | c1 | 97.0 [94.5, 99.5]" in table
+
+
+@pytest.mark.parametrize("cell", ["", "nan", None])
+def test_missing_cells_print_as_dash(cell):
+    row = {"mode": "x", "point": "c1", "decode_tok_s_mean": cell}
+    assert "| x | c1 | - |" in summary_markdown([row])
+
+
+def test_caption_uses_the_profiles_own_description():
+    from lab.analysis.comparison import engine_caption
+    from lab.emulator.profile import load_profile
+
+    text = engine_caption({"m": {"engine": "emulator"}}, "fast")
+    assert load_profile("fast")[0].description.rstrip(".") in text
+    assert "Kimi" not in text and "calibrated to the seeds" not in text  # the fast profile models nothing
+    assert text.endswith("Not a GPU measurement.")
+    assert "calibrated to the seeds" in engine_caption({"m": {"engine": "emulator"}}, "kimi_k25_tp8_pcie")
+    assert engine_caption({"m": {"engine": "sglang", "engine_version": "0.5.23"}}) == "engine: sglang (SGLang 0.5.23)"

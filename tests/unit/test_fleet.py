@@ -1,0 +1,119 @@
+"""Fleet mode's parts without a cluster or a repository (issue 23): job scripts, resources,
+the placement overrides, multi-node ranks and the MLflow parent seam. A scratch repository:
+``tests/e2e/test_fleet_repo.py``; the Slurm cluster: ``tests/e2e/test_fleet_slurm.py``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lab.config import ParamsError, load_params
+from lab.fleet.rank import rank_command, srun_ranks_argv
+from lab.fleet.script import Options, exported_names, render, stage_resources
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _params(tmp_path: Path, edit) -> Path:
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    edit(raw)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def _render(params, stage: str, opts: Options, names: list[str], dependent: bool = False) -> str:
+    return render(stage=stage, sweep_id="sweep-0123456789ab", sweep_dir=Path("/shared/fleet/sweep-0123456789ab"),
+                  repo=Path("/shared/lab"), commit="0123456789abcdef", python="/shared/lab/.venv/bin/python",
+                  resources=stage_resources(stage, params, opts), opts=opts, names=names, dependent=dependent)
+
+
+def test_job_script_passes_credentials_by_name_only(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_value_that_must_not_appear")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "pw_value_that_must_not_appear")
+    monkeypatch.delenv("MLFLOW_TRACKING_TOKEN", raising=False)
+    opts = Options(export=["MY_SETTING"])
+    monkeypatch.setenv("MY_SETTING", "x")
+    names = exported_names(opts)
+    assert {"HF_TOKEN", "MLFLOW_TRACKING_PASSWORD", "MY_SETTING"} <= set(names)
+    assert "MLFLOW_TRACKING_TOKEN" not in names  # only names set at submission
+    text = _render(load_params(ROOT / "params.yaml"), "compare", opts, names, dependent=True)
+    assert "value_that_must_not_appear" not in text
+    export = next(line for line in text.splitlines() if line.startswith("#SBATCH --export="))
+    assert "HF_TOKEN" in export and "=hf_" not in export
+    assert "#SBATCH --kill-on-invalid-dep=yes" in text
+    assert "git clone --quiet --shared --no-checkout /shared/lab \"$checkout\"" in text
+    assert "checkout --quiet --detach 0123456789abcdef" in text
+    assert text.rstrip().endswith("-m lab.fleet.job /shared/fleet/sweep-0123456789ab compare")
+    assert "--export=NONE" in _render(load_params(ROOT / "params.yaml"), "physics", Options(), [])
+
+
+def test_resources_are_what_each_stage_needs(tmp_path):
+    emu = load_params(ROOT / "params.yaml")
+    r = stage_resources("bench@baseline", emu, Options(cpus_per_task=3, mem="2G"))
+    assert (r.gpus_per_node, r.exclusive, r.cpus_per_task, r.mem, r.time) == (0, False, 3, "2G", "01:00:00")
+    assert stage_resources("physics", emu, Options()).gpus_per_node == 0  # records "not run" without CUDA
+
+    def gpu(raw):
+        raw["engine"] = "sglang"
+        raw["server"].update(nnodes=2, dist_init_addr="set-by-the-fleet:5000")
+        raw["model"]["tp_size"] = 16
+        raw["physics"]["tp"] = 8
+
+    sg = load_params(_params(tmp_path, gpu))
+    r = stage_resources("bench@eagle3_decode", sg, Options())
+    assert (r.nodes, r.gpus_per_node, r.exclusive, r.time) == (2, 8, True, "04:00:00")
+    lines = r.sbatch_lines()
+    assert "--exclusive" in lines and "--gpus-per-node=8" in lines and not any(x.startswith("--mem") for x in lines)
+    shared = stage_resources("bench@eagle3_decode", sg, Options(share=True, cpus_per_task=16, mem="200G"))
+    assert not shared.exclusive and "--cpus-per-task=16" in shared.sbatch_lines()
+    assert stage_resources("physics", sg, Options()).gpus_per_node == 8
+    assert stage_resources("compare", sg, Options()).gpus_per_node == 0
+    text = _render(sg, "bench@eagle3_decode", Options(partition="gpu", account="team", time="02:00:00"), [])
+    for line in ("--partition=gpu", "--account=team", "--time=02:00:00", "--nodes=2", "--exclusive"):
+        assert f"#SBATCH {line}" in text
+
+
+def test_placement_env_overrides_port_and_is_validated(tmp_path, monkeypatch):
+    path = ROOT / "params.yaml"
+    monkeypatch.setenv("LAB_SERVER_PORT", "31999")
+    assert load_params(path).server.port == 31999
+    assert yaml.safe_load(path.read_text())["server"]["port"] == 30000  # the file (DVC's params) unchanged
+    monkeypatch.setenv("LAB_SERVER_PORT", "80")
+    with pytest.raises(ParamsError, match="server.port"):
+        load_params(path)
+
+
+def test_multi_node_ranks_bind_loopback_and_meet_at_node_0(tmp_path, monkeypatch):
+    def two_nodes(raw):
+        raw["engine"] = "sglang"
+        raw["server"].update(nnodes=2, dist_init_addr="set-by-the-fleet:5000")
+        raw["model"]["tp_size"] = 16
+
+    monkeypatch.chdir(_params(tmp_path, two_nodes).parent)
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")  # repo_root() finds this directory
+    monkeypatch.setenv("LAB_SERVER_DIST_INIT_ADDR", "10.1.2.3:41000")
+    argv = rank_command("eagle3_decode", 1, python="python").argv
+    joined = " ".join(argv)
+    assert "--nnodes 2 --node-rank 1 --dist-init-addr 10.1.2.3:41000" in joined
+    assert "--host 127.0.0.1" in joined  # HTTP on loopback: only the rendezvous is the node's address
+    assert srun_ranks_argv("eagle3_decode", 3, "/venv/bin/python") == [
+        "srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--relative=1", "--kill-on-bad-exit=1",
+        "/venv/bin/python", "-m", "lab.fleet.rank", "--mode", "eagle3_decode"]
+
+
+def test_fleet_parent_from_env_needs_no_file_and_no_server(tmp_path, monkeypatch):
+    from lab.tracking.grouping import PARENT_FILE, PARENT_RUN_ENV
+    from lab.tracking.tracker import Tracker
+
+    params = load_params(ROOT / "params.yaml")
+    # a stage's tracker (its invocation key given: computing one reads git, a subprocess);
+    # its store is never reached, since nothing here needs MLflow
+    tracker = Tracker(params.mlflow.resolved_tracking_uri(tmp_path), params.mlflow.experiment, root=tmp_path,
+                      key="an-invocation-key", base_tags={}, engine=params.engine)
+    monkeypatch.setenv(PARENT_RUN_ENV, "0123abcd")
+    assert tracker.parent_run_id() == tracker.known_parent() == "0123abcd"
+    assert tracker.close_pipeline(ok=True) == []  # the sweep's parent outlives the stage
+    assert tracker._client is None and not (tmp_path / PARENT_FILE).exists()

@@ -1,0 +1,214 @@
+"""The layout of `lab/` by concern: no import cycle among lab modules (lazy imports inside
+functions included), analysis imports no report, tracking or pipeline module, and every
+module opens with a docstring saying its concern.
+
+The import graph is read from the source with :mod:`ast` (nothing is imported): every
+``import lab.x`` and ``from lab.x import y`` anywhere in a module, at top level or inside a
+function, is an edge to the module it names (``from lab.pkg import mod`` to ``lab.pkg.mod``
+when that is a module, else to ``lab.pkg``). A package's own ``__init__`` importing its
+submodules is an edge too; the implicit import of a parent package is not.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+import pytest
+
+LAB = Path(__file__).resolve().parents[2] / "lab"
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """``dotted name -> (file, is a package __init__)`` for every module under lab/."""
+    mods = {}
+    for path in sorted(LAB.rglob("*.py")):
+        parts = list(path.relative_to(LAB.parent).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        mods[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
+    return mods
+
+
+@functools.lru_cache(maxsize=1)
+def import_graph() -> dict[str, set[str]]:
+    """``module -> modules it imports`` over lab/, lazy imports included (module docstring);
+    read once per session (callers must not change it)."""
+    mods = _modules()
+
+    def resolve(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, (path, is_pkg) in mods.items():
+        package = mod if is_pkg else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative import
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            else:
+                continue
+            for t in targets:
+                target = resolve(t) if t.split(".")[0] == "lab" else None
+                if target and target != mod:
+                    graph[mod].add(target)
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_graph_sees_lazy_and_package_imports():
+    """The reader finds what the test relies on: an import inside a function and a
+    ``from lab.pkg import module`` form (so an empty result below is not a blind spot)."""
+    graph = import_graph()
+    assert "lab.report.figures" in graph["lab.pipeline.compare"]  # imported inside run_compare
+    assert "lab.physics.stack_bench" in graph["lab.physics.run"]  # `from lab.physics import stack_bench as bench`, in a function
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle_among_lab_modules_lazy_imports_included():
+    graph = import_graph()
+    cycles = import_cycles(graph)
+    detail = [f"{a} -> {b}" for c in cycles for a in c for b in sorted(graph[a] & set(c))]
+    assert not cycles, f"import cycles {cycles}: {detail}"
+
+
+def package_of(module: str) -> str:
+    """The package a module belongs to: ``lab.measure.point`` -> ``lab.measure``; a top-level
+    module (``lab.atomic``, ``lab.catalog``) and the ``lab`` package itself are their own."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``package -> packages it imports`` (:func:`package_of` of every edge of ``graph``)."""
+    out: dict[str, set[str]] = {package_of(m): set() for m in graph}
+    for m, ts in graph.items():
+        out[package_of(m)] |= {package_of(t) for t in ts} - {package_of(m)}
+    return out
+
+
+def test_no_import_cycle_among_lab_packages():
+    """No package imports a package that imports it back, through any chain (issue 20: measure
+    <-> analysis, config -> emulator -> workload -> config, config -> physics -> profiling ->
+    measure -> ... -> config were such chains). Each module edge of a cycle is named."""
+    graph = import_graph()
+    pkgs = package_graph(graph)
+    assert import_cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b"]]  # the reader finds a two-package cycle
+    cycles = import_cycles(pkgs)
+    detail = sorted(f"{m} -> {t}" for c in cycles for m, ts in graph.items() if package_of(m) in c
+                    for t in ts if package_of(t) in c and package_of(t) != package_of(m))
+    assert not cycles, f"package cycles {cycles}: {detail}"
+
+
+def test_config_imports_no_other_lab_package():
+    """Every lab package reads lab.config; lab.config reads none of them but the physics stage's
+    standard-library schema (lab.physics.params), so it can never close a cycle."""
+    graph = import_graph()
+    outside = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.startswith("lab.config")
+                     for t in ts if not t.startswith("lab.config") and t not in ("lab.physics.params", "lab"))
+    assert not outside, outside
+
+
+@pytest.mark.parametrize("upstream", ["lab.report", "lab.tracking", "lab.pipeline"])
+def test_analysis_is_a_leaf(upstream):
+    """pipeline -> {analysis, report, tracking} -> analysis: never back into the callers."""
+    graph = import_graph()
+    back = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.startswith("lab.analysis")
+                  for t in ts if t == upstream or t.startswith(upstream + "."))
+    assert not back, back
+
+
+def test_no_two_modules_share_a_name():
+    """Each module's file name says which one it is: no two modules under lab/ share a basename
+    (``__init__`` and ``__main__`` aside), so a traceback, an import or a search names one file
+    (issue 20: bench, compare, cli, args, trace, report, taskmix and profile existed twice)."""
+    seen: dict[str, list[str]] = {}
+    for path, _ in _modules().values():
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(str(path.relative_to(LAB.parent)))
+    twice = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not twice, twice
+
+
+def test_every_module_and_folder_opens_with_a_docstring():
+    missing = [str(p.relative_to(LAB.parent)) for p, _ in _modules().values()
+               if not (ast.get_docstring(ast.parse(p.read_text())) or "").strip()]
+    assert not missing, missing
+
+
+def test_readme_module_map_names_every_module():
+    """README's module map has a line for every module (a folder's line covers the folders
+    it names as a whole, like ``lab/emulator/``)."""
+    readme = (LAB.parent / "README.md").read_text()
+    table = readme[readme.index("### Module map"):]
+    table = table[: table.index("\n## ")]
+    whole = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `lab/") and line.split("`")[1].endswith("/")}
+    missing = []
+    for path, _ in _modules().values():
+        rel = path.relative_to(LAB.parent).as_posix()
+        if path.name in ("__init__.py", "__main__.py") or any(rel.startswith(w) for w in whole):
+            continue
+        if f"`{rel}`" not in table:
+            missing.append(rel)
+    assert not missing, f"README's module map lacks {missing}"
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others (lazy imports included)."""
+    seen, todo = set(), [start]
+    while todo:
+        for t in graph[todo.pop()] - seen:
+            seen.add(t)
+            todo.append(t)
+    return seen
+
+
+def test_config_runs_only_the_physics_schema():
+    """lab.config builds PhysicsParams from lab.physics.params; importing it must not run the
+    physics stage's other modules (a bench stage would then depend on the physics figures).
+    Read from the import graph, lazy imports included, so it also holds for code paths a
+    plain ``import lab.config`` does not take."""
+    graph = import_graph()
+    physics = sorted(m for m in reachable(graph, "lab.config") if m.startswith("lab.physics"))
+    assert physics == ["lab.physics.params"], physics
+    assert graph["lab.physics"] <= {"lab.physics.params"}, graph["lab.physics"]  # its __init__ runs with it

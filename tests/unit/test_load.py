@@ -1,0 +1,252 @@
+"""Open-loop load: seeded arrivals (lab.workload.arrivals), goodput, Pareto frontier and the
+answer's "beats up to N req/s" sentence (lab.analysis.load), bench.slo validation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from lab.analysis.load import beats_sentence, beats_up_to, goodput_speedup, pareto_front
+from lab.measure.goodput import is_good, run_load_metrics
+from lab.config import ParamsError, load_params
+from lab.report.answer import answer_markdown, answer_text
+from lab.workload.arrivals import arrival_times, interarrival_cv, rate_key
+
+
+# ------------------------------------------------------------------ arrivals
+
+def test_arrivals_seeded_same_for_every_mode_and_differ_by_repeat():
+    a = arrival_times(8, 4.0, 1.0, seed=0)
+    assert a == arrival_times(8, 4.0, 1.0, seed=0)  # what every mode's bench stage computes
+    assert a != arrival_times(8, 4.0, 1.0, seed=1)  # next repeat: seed + 1
+    assert a[0] == 0.0 and all(y >= x for x, y in zip(a, a[1:])) and len(a) == 8
+
+
+@pytest.mark.parametrize("burstiness", [0.25, 1.0, 4.0])
+def test_arrivals_mean_rate_and_cv(burstiness):
+    # fixed seed: deterministic; 20 000 intervals put the sample mean within ~1 % and the CV within ~2 %
+    rate = 5.0
+    gaps = np.diff(arrival_times(20_001, rate, burstiness, seed=123))
+    assert gaps.mean() == pytest.approx(1.0 / rate, rel=0.03)
+    cv = gaps.std(ddof=1) / gaps.mean()
+    assert cv == pytest.approx(interarrival_cv(burstiness), rel=0.05)
+    assert interarrival_cv(1.0) == 1.0  # Poisson: exponential intervals
+
+
+def test_arrivals_bad_input():
+    for bad in (dict(n=-1, rate_req_s=1), dict(n=3, rate_req_s=0), dict(n=3, rate_req_s=math.inf),
+                dict(n=3, rate_req_s=1, burstiness=0)):
+        with pytest.raises(ValueError, match="Fix"):
+            arrival_times(**bad)
+    assert arrival_times(0, 2.0) == []
+    assert (rate_key(4), rate_key(4.0), rate_key(0.5)) == ("r4", "r4", "r0.5")
+
+
+def test_params_rates_and_slo_validated(tmp_path):
+    f = tmp_path / "params.yaml"
+    f.write_text("modes: {baseline: {algorithm: null}}\nbench: {request_rates: [2, 8], slo: {ttft_ms: 300, tpot_ms: null}}\n")
+    p = load_params(f)
+    assert p.bench.request_rates == [2.0, 8.0] and p.bench.slo.ttft_ms == 300 and p.bench.slo.tpot_ms is None
+    for bad, key in (("request_rates: [0]", "request_rates"), ("request_rates: [2, 2.0]", "request_rates"),
+                     ("burstiness: 0", "burstiness"), ("slo: {ttft_ms: null, tpot_ms: null}", "slo"),
+                     ("slo: {ttft_ms: -1}", "slo.ttft_ms"), ("slo: {tpot: 5}", "slo.tpot")):
+        f.write_text(f"modes: {{baseline: {{algorithm: null}}}}\nbench: {{{bad}}}\n")
+        with pytest.raises(ParamsError, match=f"bench.{key}"):
+            load_params(f)
+
+
+# ------------------------------------------------------------------ goodput
+
+def _rec(t_send, ttft_s, n, tpot_s, ok=True, t_scheduled=None):
+    """A client record whose TTFT and TPOT are exactly ttft_s and tpot_s (one chunk per token)."""
+    chunks = [[t_send + ttft_s + k * tpot_s, 1] for k in range(n)]
+    return {"ok": ok, "t_send": t_send, "t_dispatch": t_send, "t_scheduled": t_scheduled,
+            "t_end": chunks[-1][0] if ok else t_send + 1, "chunks": chunks if ok else [],
+            "completion_tokens": n if ok else None, "meta_info": {}}
+
+
+def test_goodput_hand_computed():
+    slo = {"ttft_ms": 100.0, "tpot_ms": 20.0}
+    recs = [_rec(0.0, 0.050, 11, 0.010),   # good: 50 ms, 10 ms
+            _rec(0.0, 0.150, 11, 0.010),   # TTFT over
+            _rec(0.0, 0.050, 11, 0.030),   # TPOT over
+            _rec(0.0, 0.100, 21, 0.020),   # exactly at both limits: good (vLLM: s >= r)
+            _rec(0.0, 0.050, 11, 0.010, ok=False)]  # failed: never good
+    m = run_load_metrics(recs, wall_s=2.0, slo=slo)
+    assert m["goodput_req_s"] == pytest.approx(2 / 2.0)
+    assert m["goodput_tok_s"] == pytest.approx((11 + 21) / 2.0)
+    assert m["slo_attainment"] == pytest.approx(2 / 5)
+    assert m["request_throughput_req_s"] == pytest.approx(4 / 2.0)
+    # per user: n / e2e, e2e = ttft + (n - 1) * tpot
+    per_user = [11 / 0.15, 11 / 0.25, 11 / 0.35, 21 / 0.5]
+    assert m["output_tok_s_per_user"] == pytest.approx(sum(per_user) / 4)
+    assert m["p99_schedule_lag_ms"] is None  # closed loop: no schedule
+    assert run_load_metrics(recs, 2.0, {"ttft_ms": None, "tpot_ms": 20.0})["goodput_req_s"] == pytest.approx(3 / 2)
+    lagged = [_rec(1.0, 0.05, 3, 0.01, t_scheduled=0.99), _rec(2.0, 0.05, 3, 0.01, t_scheduled=2.0)]
+    assert run_load_metrics(lagged, 1.0, slo)["p99_schedule_lag_ms"] == pytest.approx(10 * 0.99 + 0 * 0.01, rel=1e-6)
+    # an open-loop point divides by the offered duration n / rate (rate x attainment), not the window
+    at_rate = run_load_metrics(recs, wall_s=2.0, slo=slo, rate_req_s=4.0)
+    assert at_rate["goodput_req_s"] == pytest.approx(2 / (5 / 4.0)) == pytest.approx(4.0 * m["slo_attainment"])
+    assert at_rate["goodput_tok_s"] == pytest.approx((11 + 21) / (5 / 4.0))
+    assert at_rate["request_throughput_req_s"] == m["request_throughput_req_s"]  # still the measured window
+    assert is_good(10.0, None, slo)  # a 1-token request: TPOT counts as 0 (vLLM)
+    with pytest.raises(ValueError):
+        run_load_metrics(recs, 0.0, slo)
+
+
+def test_goodput_speedup_and_zero_cases():
+    s = goodput_speedup([2.0, 2.1, 1.9], [3.0, 3.1, 2.9])
+    assert s["verdict"] == "faster" and s["ratio"] == pytest.approx(1.5) and s["ci95_lo"] > 1
+    assert goodput_speedup([2.0, 2.1, 1.9], [2.0, 1.9, 2.1])["verdict"] == "not distinguishable"
+    assert goodput_speedup([0, 0, 0], [0, 0, 0]) == {"ratio": None, "ci95_lo": None, "ci95_hi": None,
+                                                     "verdict": "not distinguishable", "paired": False}
+    assert goodput_speedup([0, 0, 0], [1.0, 1.1, 0.9])["verdict"] == "faster"
+    assert goodput_speedup([1.0, 1.1, 0.9], [0, 0, 0])["verdict"] == "slower"
+    assert goodput_speedup([0, 0, 0], [0, 0, 3.0])["verdict"] == "not distinguishable"  # lower bound <= 0
+
+
+def test_goodput_speedup_paired_by_repeat():
+    # repeat k replays the same arrivals in both modes: the schedule's spread is shared, the ratio is steady
+    base, other = [2.0, 4.0, 6.0], [2.4, 4.8, 7.2]
+    unpaired = goodput_speedup(base, other)
+    paired = goodput_speedup(base, other, paired=True)
+    assert unpaired["verdict"] == "not distinguishable" and not unpaired["paired"]
+    assert paired["paired"] and paired["ratio"] == pytest.approx(1.2) and paired["verdict"] == "faster"
+    assert paired["ci95_lo"] == pytest.approx(1.2) == paired["ci95_hi"]  # the same ratio in every repeat
+    # a zero goodput cannot be paired on the log scale: the unpaired rules apply
+    assert goodput_speedup([0, 0, 0], [1.0, 1.1, 0.9], paired=True) == {**goodput_speedup([0, 0, 0], [1.0, 1.1, 0.9])}
+
+
+def test_pareto_front():
+    #        A (fast user, low total)  B (dominated by C)  C       D (high total)  E (nan)
+    x = [80.0, 50.0, 60.0, 30.0, math.nan]
+    y = [80.0, 300.0, 400.0, 600.0, 900.0]
+    assert pareto_front(x, y) == [True, False, True, True, False]
+    assert pareto_front([1.0, 1.0], [2.0, 2.0]) == [True, True]  # ties dominate neither
+    with pytest.raises(ValueError):
+        pareto_front([1.0], [])
+
+
+# ------------------------------------------------------------------ the sentence
+
+SLO = {"ttft_ms": 500.0, "tpot_ms": 20.0}
+
+
+@pytest.mark.parametrize("verdicts, expected", [
+    ({2.0: "faster", 4.0: "faster", 12.0: "not distinguishable"},
+     "eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): goodput speedup's "
+     "95 % interval above 1 at 2 req/s, 4 req/s; not distinguishable (interval includes 1) at 12 req/s."),
+    ({2.0: "not distinguishable", 4.0: "faster", 12.0: "slower"},
+     "eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): goodput speedup's "
+     "95 % interval above 1 at 4 req/s; not distinguishable (interval includes 1) at 2 req/s; worse (interval below 1) at 12 req/s."),
+    ({4.0: "slower", 12.0: "not distinguishable"},
+     "eagle3_decode does not beat baseline at any measured rate at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
+     "not distinguishable (interval includes 1) at 12 req/s; worse (interval below 1) at 4 req/s."),
+    ({4.0: "not distinguishable", 12.0: "not distinguishable"},
+     "eagle3_decode is not distinguishable from baseline at any measured rate at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
+     "not distinguishable (interval includes 1) at 4 req/s, 12 req/s."),
+    ({4.0: "slower", 12.0: "faster"},
+     "eagle3_decode beats baseline only above a rate where it is worse at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
+     "goodput speedup's 95 % interval above 1 at 12 req/s; worse (interval below 1) at 4 req/s."),
+])
+def test_beats_sentence(verdicts, expected):
+    assert beats_sentence("eagle3_decode", "baseline", verdicts, SLO) == expected
+
+
+def test_beats_sentence_states_each_ratio():
+    speedups = {4.0: {"ratio": 1.3, "ci95_lo": 1.1, "ci95_hi": 1.52, "verdict": "faster"},
+                12.0: {"ratio": 1.05, "ci95_lo": 0.9, "ci95_hi": 1.22, "verdict": "not distinguishable"},
+                16.0: {"ratio": None, "ci95_lo": None, "ci95_hi": None, "verdict": "not distinguishable"}}
+    assert beats_sentence("eagle3_decode", "baseline", speedups, SLO) == (
+        "eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): goodput speedup's "
+        "95 % interval above 1 at 4 req/s (1.30x [1.10, 1.52]); not distinguishable (interval includes 1) at 12 req/s "
+        "(1.05x [0.90, 1.22]), 16 req/s.")
+
+
+def test_beats_up_to_and_no_rates():
+    assert beats_up_to({1.0: "faster", 2.0: "slower", 8.0: "faster"})["up_to_req_s"] == 1.0
+    assert beats_up_to({})["up_to_req_s"] is None
+    same = {4.0: {"ratio": 1.0, "ci95_lo": 1.0, "ci95_hi": 1.0, "verdict": "not distinguishable"}}
+    assert "4 req/s (1.00x [1.00, 1.00], the same goodput in every repeat)" in beats_sentence("m", "b", same, SLO)
+    assert "no request rate measured" in beats_sentence("m", "baseline", {}, {"ttft_ms": 1.0, "tpot_ms": None})
+    assert "TTFT <= 1 ms)" in beats_sentence("m", "baseline", {1.0: "faster"}, {"ttft_ms": 1.0, "tpot_ms": None})
+
+
+def test_answer_states_the_load_sentences():
+    comparison = {"baseline": "baseline", "modes": {"baseline": {}, "eagle3_decode": {}},
+                  "load": {"sentences": {"eagle3_decode": "eagle3_decode beats baseline up to 4 req/s at this SLO (x)."}}}
+    for render in (answer_text, answer_markdown):
+        text = render(comparison)
+        assert "Under open-loop load" in text and "eagle3_decode beats baseline up to 4 req/s" in text
+    assert "Under open-loop load" not in answer_text({**comparison, "load": None})
+
+
+def test_measurement_points_add_rate_points_after_the_levels():
+    from types import SimpleNamespace
+
+    from lab.measure.point import measurement_points
+
+    bench = SimpleNamespace(concurrency=[8, 1], context_tokens=[0, 4096], output_levels=[64],
+                            request_rates=[4.0, 0.5], rate_max_concurrency=16)
+    pts = measurement_points(bench)
+    assert [p.key for p in pts] == ["c1", "c1_ctx4096_out64", "c8", "c8_ctx4096_out64", "r4", "r0.5"]
+    assert [(p.request_rate, p.concurrency, p.context_tokens, p.output_tokens) for p in pts[-2:]] == [
+        (4.0, 16, 0, 64), (0.5, 16, 0, 64)]  # primary context/output length; concurrency = the in-flight cap
+    assert all(p.request_rate is None for p in pts[:4])
+
+
+def _frame(rate_points: bool):
+    import pandas as pd
+
+    rows = []
+    for mode, good in (("baseline", [4.0, 4.0, 3.5]), ("eagle3_decode", [4.0, 4.0, 4.0])):
+        for rep, g in enumerate(good):
+            rows.append({"mode": mode, "point": "c1", "concurrency": 1, "repeat": rep, "request_rate": None,
+                         "goodput_req_s": 1.0, "goodput_tok_s": 64.0, "slo_attainment": 1.0, "output_tok_s": 100.0,
+                         "output_tok_s_per_user": 80.0 if mode == "baseline" else 90.0})
+            if rate_points:
+                rows.append({"mode": mode, "point": "r4", "concurrency": 0, "repeat": rep, "request_rate": 4.0,
+                             "goodput_req_s": g, "goodput_tok_s": 64 * g, "slo_attainment": g / 4, "output_tok_s": 250.0,
+                             "output_tok_s_per_user": 70.0 if mode == "baseline" else 85.0})
+    return pd.DataFrame(rows)
+
+
+def _summary(runs):
+    """The comparison add_load runs on (lab.analysis.comparison.summarize: means and intervals)."""
+    from lab.analysis.comparison import summarize
+
+    return summarize({m: {} for m in ("baseline", "eagle3_decode")}, runs, "baseline")
+
+
+def test_add_load_goodput_sentence_and_pareto_rows():
+    from lab.analysis.load import add_load
+
+    runs = _frame(rate_points=True)
+    summary = _summary(runs)
+    results = {m: {"load": {"slo": SLO, "burstiness": 1.0}} for m in ("baseline", "eagle3_decode")}
+    flat, pareto = add_load(summary, runs, results, "baseline")
+    e = summary["modes"]["eagle3_decode"]["r4"]
+    assert e["goodput_req_s"]["mean"] == pytest.approx(4.0) and e["speedup_goodput_req_s"]["paired"]
+    # per repeat 1, 1, 4/3.5: the paired geometric mean, its interval includes 1 -> a tie
+    assert e["speedup_goodput_req_s"]["ratio"] == pytest.approx((4 / 3.5) ** (1 / 3))
+    assert summary["load"]["sentences"]["eagle3_decode"].startswith("eagle3_decode is not distinguishable from baseline")
+    assert flat == {"eagle3_decode.beats_up_to_req_s": 0.0}
+    from lab.analysis.comparison import lean_numbers
+
+    assert lean_numbers({**summary, "load_flat": flat})["eagle3_decode.r4.goodput_req_s"] == pytest.approx(4.0)
+    assert {(p["mode"], p["point"], p["kind"], p["on_frontier"]) for p in pareto} == {
+        ("baseline", "c1", "concurrency", True), ("baseline", "r4", "rate", True),
+        ("eagle3_decode", "c1", "concurrency", True), ("eagle3_decode", "r4", "rate", True)}
+    row = next(r for r in summary["rows"] if (r["mode"], r["point"]) == ("eagle3_decode", "r4"))
+    assert row["verdict_goodput_req_s"] == "not distinguishable" and row["request_rate"] == 4.0
+    # no rate point measured: goodput per point still, but no sentence
+    closed = _frame(rate_points=False)
+    s2 = _summary(closed)
+    add_load(s2, closed, results, "baseline")
+    assert s2["load"]["sentences"] == {} and "goodput_req_s" in s2["modes"]["eagle3_decode"]["c1"]
+    # results from before open-loop load: nothing added
+    s3 = _summary(closed)
+    assert add_load(s3, closed.drop(columns=["goodput_req_s"]), {"baseline": {}}, "baseline") == ({}, None)
+    assert s3["load"] is None

@@ -1,0 +1,51 @@
+"""How lab runs read in MLflow: artifacts beside a SQLite store (never in the project's
+mlruns/), intervals and warnings on mode runs, the runs-table URL. The UI in Chromium is
+tests/e2e/test_mlflow_view_e2e.py, its stop on a signal tests/component/test_lab_ui.py.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from lab.config import load_params
+from lab.tracking.mlflow_view import interval_metrics, runs_table_url, warning_tags
+from lab.tracking.runs import artifact_location
+from lab.tracking.tracker import Tracker
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_sqlite_store_keeps_artifacts_beside_the_database(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # as under pytest: the current directory is the project
+    before = set((ROOT / "mlruns").rglob("*")) if (ROOT / "mlruns").is_dir() else set()
+    params = load_params(overrides={"mlflow": {"tracking_uri": f"sqlite:///{tmp_path / 'm.db'}", "experiment": "t"}})
+    run = Tracker.for_store(params.mlflow.resolved_tracking_uri(), "t").open_run("x", {}, nested=False)
+    f = tmp_path / "note.txt"
+    f.write_text("x")
+    run.log_artifact(f)
+    run.finish()
+    assert list((tmp_path / "mlruns").rglob("note.txt"))
+    after = set((ROOT / "mlruns").rglob("*")) if (ROOT / "mlruns").is_dir() else set()
+    assert after == before
+    assert artifact_location("sqlite:////a/b/mlflow.db") == "file:///a/b/mlruns"
+    assert artifact_location("http://127.0.0.1:5000") is None
+
+
+def test_interval_metrics_and_warning_tags():
+    levels = {"c1": {"concurrency": 1, "decode_tok_s": {"mean": 82.0, "ci95_lo": 81.0, "ci95_hi": 83.0},
+                     "crosscheck_flags": ["repeat 0: icl vs cycle 9 %"]},
+              "c8": {"concurrency": 8, "decode_tok_s": {"mean": 77.0, "ci95_lo": math.nan, "ci95_hi": math.nan}}}
+    m = interval_metrics(levels)
+    assert m == {"c1.decode_tok_s_ci95_lo": 81.0, "c1.decode_tok_s_ci95_hi": 83.0,
+                 "decode_tok_s_ci95_lo": 81.0, "decode_tok_s_ci95_hi": 83.0}
+    tags = warning_tags({"warnings": ["c=8: one wave"], "levels": levels})
+    assert tags["warnings"] == "c=8: one wave" and tags["warnings_count"] == "2"
+    assert tags["crosscheck_flags"] == "c1: repeat 0: icl vs cycle 9 %"
+    assert "- c=8: one wave" in tags["mlflow.note.content"] and "icl vs cycle" in tags["mlflow.note.content"]
+    clean = warning_tags({"warnings": [], "levels": {}})
+    assert clean["warnings"] == "none" and clean["warnings_count"] == "0"
+
+
+def test_runs_table_url():
+    assert runs_table_url("http://127.0.0.1:5000/", "3") == "http://127.0.0.1:5000/#/experiments/3?workflowType=machine_learning"
