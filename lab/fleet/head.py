@@ -21,6 +21,7 @@ Errors are :class:`FleetError` with the problem and the fix; nothing is submitte
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import subprocess
 import sys
@@ -244,7 +245,9 @@ def _displace_strays(root: Path, sweep: Sweep, log: Callable[[str], None]) -> li
     """Move aside files under the directories that downstream stages depend on (``results/``)
     which are neither a stage's output nor tracked by git: leftovers of an earlier local run
     (``ground_truth.jsonl``, ``environment/``...). The stage that depends on the directory was
-    run-cached over the jobs' outputs alone, and the restored results replace those runs'."""
+    run-cached over the jobs' outputs alone, and the restored results replace those runs'.
+    What ``.dvcignore`` hides is no part of any dependency's hash and stays: a local stage's
+    attempt directories (``results/<mode>/partial/``, :mod:`lab.pipeline.staging`)."""
     from lab.fleet.runcache import open_repo
 
     with open_repo(root) as repo:
@@ -252,20 +255,24 @@ def _displace_strays(root: Path, sweep: Sweep, log: Callable[[str], None]) -> li
         dirs = {d.def_path for s in repo.index.stages for d in s.deps
                 if any(o == d.def_path or o.startswith(d.def_path.rstrip("/") + "/") for o in outs)
                 and (root / d.def_path).is_dir()}
+        seen = []
+        for d in sorted(dirs):
+            for base, subdirs, names in os.walk(root / d):
+                subdirs[:] = sorted(x for x in subdirs if not repo.dvcignore.is_ignored_dir(os.path.join(base, x)))
+                seen += [Path(base) / n for n in sorted(names) if not repo.dvcignore.is_ignored_file(os.path.join(base, n))]
     tracked = set(subprocess.run(["git", "ls-files", "--", *sorted(dirs)], cwd=root, capture_output=True, text=True,
                                  check=True).stdout.split())
     moved = []
     dest = sweep.dir / "displaced" / str(int(now()))
-    for d in sorted(dirs):
-        for path in sorted((root / d).rglob("*")):
-            rel = path.relative_to(root).as_posix()
-            if (not path.is_file() or rel in tracked or path.name == ".gitignore"
-                    or any(rel == o or rel.startswith(o.rstrip("/") + "/") for o in outs)):
-                continue
-            target = dest / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(path), target)
-            moved.append(rel)
+    for path in seen:
+        rel = path.relative_to(root).as_posix()
+        if (rel in tracked or path.name == ".gitignore"
+                or any(rel == o or rel.startswith(o.rstrip("/") + "/") for o in outs)):
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(path), target)
+        moved.append(rel)
     if moved:
         log(f"[lab] fleet: moved {len(moved)} file(s) of an earlier local run out of {', '.join(sorted(dirs))} "
             f"to {dest} (not outputs of any stage): {', '.join(moved[:8])}{' ...' if len(moved) > 8 else ''}")

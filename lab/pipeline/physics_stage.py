@@ -70,7 +70,7 @@ def _physics_not_run(params: LabParams, root: Path, out_dir: Path) -> Path | Non
 def physics_stage(params: LabParams) -> Stage:
     """The ``physics`` stage: notebook ``physics`` with the ``physics`` params, outputs in
     ``results/physics``; without CUDA (or torch) no kernel starts (:func:`physics_without_cuda`)."""
-    from lab.physics.report import FIGURE_FILES
+    from lab.physics.stack_report import FIGURE_FILES
 
     return Stage(dvc_name="physics", notebook="physics", results_dir="results/physics",
                  parameters={"physics": params.physics.model_dump(mode="json")}, complete=_physics_complete,

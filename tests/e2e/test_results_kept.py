@@ -157,7 +157,8 @@ def test_edited_profile_file_shows_in_dvc_status_and_the_sentinel_hash(repo):
     """A cost profile under data/ (a bench dependency): after `dvc commit` accepts the
     current state, editing the file alone makes every bench stage out of date, and changes
     the sentinel's configuration hash."""
-    from lab.analysis.sentinel import config_fingerprint, launch_setup
+    from lab.analysis.sentinel import config_fingerprint
+    from lab.pipeline.bench import launch_setup
     from lab.config import load_params
     from lab.emulator.profile import PROFILES_DIR
 
