@@ -179,7 +179,10 @@ def ui(params_file: str | None, port: int) -> int:
 
 
 def sweep_cmd(args: argparse.Namespace) -> int:
-    """``lab sweep``: write the generated modes, print them and the drop notes, optionally run DVC."""
+    """``lab sweep``: write the generated modes, print them and the drop notes, optionally run DVC
+    (``--repro`` as one pipeline invocation, :data:`lab.tracking.grouping.INVOCATION_ENV`: with
+    ``--order`` the ordered benches and the rest land under one MLflow parent)."""
+    import os
     import shutil
     import subprocess
 
@@ -206,18 +209,23 @@ def sweep_cmd(args: argparse.Namespace) -> int:
     if not (args.repro or args.exp):
         return 0
     dvc = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))
+    from lab.tracking.grouping import INVOCATION_ENV, invocation
+
+    # --repro: one invocation for both DVC runs below (the ordered benches, then the rest), so one
+    # MLflow parent; an experiment names its own (its DVC_EXP_NAME is in the parent's key)
+    env = {**os.environ, INVOCATION_ENV: invocation()} if args.repro else None
     if args.repro and order:
         # DVC's order of independent stages is unspecified; --single-item runs targets in the order
         # given (treeverse/dvc PR #9675), so the likely winners (or the most uncertain) are measured first
         first = [dvc, "repro", "--single-item", "bench@baseline", *[f"bench@{m}" for m in order]]
         print(f"[lab] running: {' '.join(first)}", flush=True)
-        rc = subprocess.run(first, cwd=path.parent).returncode
+        rc = subprocess.run(first, cwd=path.parent, env=env).returncode
         if rc:
             return rc
     cmd = [dvc, "repro"] if args.repro else [dvc, "exp", "run", *(["--queue"] if args.queue else []),
                                              *[x for kv in args.set_param for x in ("-S", kv)]]
     print(f"[lab] running: {' '.join(cmd)}", flush=True)
-    return subprocess.run(cmd, cwd=path.parent).returncode
+    return subprocess.run(cmd, cwd=path.parent, env=env).returncode
 
 
 def stage_cmd(rest: list[str]) -> int:
