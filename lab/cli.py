@@ -1,7 +1,8 @@
 """The ``lab`` command: small verbs around the pipeline.
 
-- ``lab log results/<mode>``: log a mode's results to MLflow again (after the tracking
-  server was down during the run; the results on disk are the source of truth).
+- ``lab log results/<mode>`` (or ``reports``, ``results/physics``): log a run to MLflow again
+  from the run record beside its results, after the tracking store failed during the stage
+  (:mod:`lab.tracking.relog`; the results on disk are the source of truth).
 - ``lab stage {bench --mode NAME,compare,physics} [--params FILE]``: same as ``python -m
   lab.pipeline.<stage>_stage ...`` (what dvc.yaml runs).
 - ``lab command --mode M [--node-rank N]``: print a mode's launch line (e.g. to start
@@ -11,7 +12,8 @@
 - ``lab summary [--reports DIR]``: the last comparison as a Markdown table (means, 95 %
   intervals, speedups and verdicts), read from ``reports/summary.csv``.
 - ``lab ui [--port 5000]``: ``mlflow ui`` for the lab's store on 127.0.0.1, printing the URL
-  that opens the experiment on its runs table (:mod:`lab.tracking.mlflow_view`).
+  that opens the experiment on its runs table (:mod:`lab.tracking.mlflow_view`); a signal
+  stops its whole process group.
 - ``lab sweep [--clear] [--repro | --exp [-S k=v ...] [--queue]] [--order win|uncertain
   --calibration FILE]``: expand params.yaml's ``sweep`` section into generated modes
   (:mod:`lab.pipeline.sweep`, docs/sweeps.md), optionally ordered by prediction
@@ -33,28 +35,26 @@ __all__ = ["main", "relog", "doctor", "print_command", "print_summary", "ui"]
 
 
 def relog(results_dir: Path, params_file: str | None = None) -> str:
-    """Create an MLflow run from ``results_dir/result.json`` and its artifacts; returns the run id.
+    """Log the MLflow run recorded in ``results_dir`` again (:func:`lab.tracking.relog.relog`:
+    ``results/<mode>``, ``reports``, ``results/physics``); returns the run id. Prints what it did.
 
-    :raises FileNotFoundError: no result.json there (run the stage first).
-    :raises lab.tracking.runs.TrackingError: MLflow still unreachable.
+    :raises FileNotFoundError: no run record there (the message names the fix).
+    :raises lab.tracking.runs.TrackingError: MLflow still unreachable, or ``MLFLOW_TRACKING_URI``
+        names another store than params.yaml.
     """
     from lab.config import load_params
-    from lab.tracking.record import log_mode_run
-    from lab.tracking.runs import flatten_params, open_run, run_tags
+    from lab.redact import redact_url
+    from lab.tracking.relog import relog as replay
+    from lab.tracking.tracker import Tracker
 
-    result_path = results_dir / "result.json"
-    if not result_path.is_file():
-        raise FileNotFoundError(f"{result_path} not found. Fix: run `dvc repro bench@{results_dir.name}` first")
-    result = json.loads(result_path.read_text())
-    params = load_params(params_file)
-    mode = result["mode"]
-    run = open_run(params, run_name=f"{mode} | {result['engine']} | relogged",
-                   tags={**run_tags(params, mode=mode, engine_version=result.get("engine_version")),
-                         "relogged_from": str(results_dir)})
-    run.log_params(flatten_params({"effective": result.get("effective_config") or {}}))
-    log_mode_run(run, results_dir, result, "FINISHED" if result["status"] == "ok" else "FAILED", print)
-    run.log_artifact(results_dir / "bench.ipynb")
-    return run.run_id
+    tracker = Tracker.from_params(load_params(params_file))
+    if not results_dir.is_dir():
+        raise FileNotFoundError(f"{results_dir} is not a directory. Fix: pass the directory of a run's results, "
+                                "e.g. lab log results/baseline (or reports, results/physics)")
+    run_id, what = replay(tracker, results_dir)
+    print(f"[lab] {results_dir}: MLflow run {run_id} {what}" + (" (nothing changed)" if what == "already logged" else
+                                                                 f" at {redact_url(tracker.uri)}"))
+    return run_id
 
 
 def print_command(params_file: str | None, mode: str, node_rank: int | None, engine: str | None = None) -> int:
@@ -92,6 +92,8 @@ def doctor(params_file: str | None, engine: str | None, modes: list[str] | None,
     report = run_preflight(params, modes, python=python or sys.executable)
     print(format_table(report))
     return 0 if report.ok else 1
+
+
 def print_summary(reports_dir: Path) -> int:
     """Print ``reports_dir``'s comparison: the answer (:mod:`lab.report.answer`: speedups with
     intervals and verdicts, accept length, verify ms, each warning once naming its modes,
@@ -116,41 +118,71 @@ def ui(params_file: str | None, port: int) -> int:
     """``lab ui``: MLflow's UI for the lab's tracking store on 127.0.0.1, opening on the runs table.
 
     Prints the experiment's runs-table URL (:func:`lab.tracking.mlflow_view.runs_table_url`: MLflow
-    3.17 otherwise opens on its GenAI overview), then runs ``mlflow ui`` in the foreground
-    (Ctrl-C stops it); returns its exit code, or 2 on bad params / a remote tracking server.
+    3.17 otherwise opens on its GenAI overview), then runs ``mlflow ui`` in its own process
+    group; SIGINT (Ctrl-C), SIGTERM or SIGHUP stop that whole group (``mlflow ui`` starts a
+    server with worker processes: SIGTERM, then SIGKILL after 10 s). Returns its exit code,
+    0 when stopped by a signal, or 2 on bad params / a remote tracking server / a conflicting
+    ``MLFLOW_TRACKING_URI``.
     """
     import os
+    import signal
     import subprocess
 
     from lab.config import ParamsError, load_params
+    from lab.engine.process import _kill_group  # the lab's process-group stop (SIGTERM, grace, SIGKILL)
     from lab.tracking.mlflow_view import runs_table_url
+    from lab.tracking.runs import TrackingError
+    from lab.tracking.tracker import Tracker
 
     try:
-        params = load_params(params_file)
-    except ParamsError as exc:
+        tracker = Tracker.from_params(load_params(params_file))
+    except (ParamsError, TrackingError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    uri = params.mlflow.resolved_tracking_uri()
+    uri = tracker.uri
     if uri.startswith(("http://", "https://")):
         print(f"The tracking store is a server already: open {uri}/#/experiments?workflowType=machine_learning")
         return 2
-    from mlflow.tracking import MlflowClient
-
-    exp = MlflowClient(tracking_uri=uri).get_experiment_by_name(params.mlflow.experiment)
+    try:
+        exp_id = tracker.experiment_id(create=False)
+    except TrackingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     base = f"http://127.0.0.1:{port}"
-    url = runs_table_url(base, exp.experiment_id) if exp else f"{base}/#/experiments?workflowType=machine_learning"
+    url = runs_table_url(base, exp_id) if exp_id else f"{base}/#/experiments?workflowType=machine_learning"
     print(f"[lab] MLflow UI for {uri}\n[lab] open: {url}", flush=True)
     mlflow = str(Path(sys.executable).with_name("mlflow"))
     cmd = [mlflow if os.path.exists(mlflow) else "mlflow", "ui", "--backend-store-uri", uri,
            "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(cmd, start_new_session=True)  # its own group: the signal handler stops all of it
+    stopped: list[int] = []
+
+    def stop(signum, frame) -> None:
+        stopped.append(signum)
+        raise KeyboardInterrupt
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        return subprocess.run(cmd).returncode
+        return proc.wait()
     except KeyboardInterrupt:
         return 0
+    finally:
+        for s in old:  # a second signal must not cut the group's stop short
+            signal.signal(s, signal.SIG_IGN)
+        _kill_group(proc.pid, grace_s=10.0)
+        proc.wait()
+        for s, h in old.items():
+            signal.signal(s, h)
+        if stopped:
+            print(f"[lab] {signal.Signals(stopped[0]).name}: stopped the MLflow UI (process group {proc.pid})",
+                  file=sys.stderr)
 
 
 def sweep_cmd(args: argparse.Namespace) -> int:
-    """``lab sweep``: write the generated modes, print them and the drop notes, optionally run DVC."""
+    """``lab sweep``: write the generated modes, print them and the drop notes, optionally run DVC
+    (``--repro`` as one pipeline invocation, :data:`lab.tracking.grouping.INVOCATION_ENV`: with
+    ``--order`` the ordered benches and the rest land under one MLflow parent)."""
+    import os
     import shutil
     import subprocess
 
@@ -177,18 +209,23 @@ def sweep_cmd(args: argparse.Namespace) -> int:
     if not (args.repro or args.exp):
         return 0
     dvc = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))
+    from lab.tracking.grouping import INVOCATION_ENV, invocation
+
+    # --repro: one invocation for both DVC runs below (the ordered benches, then the rest), so one
+    # MLflow parent; an experiment names its own (its DVC_EXP_NAME is in the parent's key)
+    env = {**os.environ, INVOCATION_ENV: invocation()} if args.repro else None
     if args.repro and order:
         # DVC's order of independent stages is unspecified; --single-item runs targets in the order
         # given (treeverse/dvc PR #9675), so the likely winners (or the most uncertain) are measured first
         first = [dvc, "repro", "--single-item", "bench@baseline", *[f"bench@{m}" for m in order]]
         print(f"[lab] running: {' '.join(first)}", flush=True)
-        rc = subprocess.run(first, cwd=path.parent).returncode
+        rc = subprocess.run(first, cwd=path.parent, env=env).returncode
         if rc:
             return rc
     cmd = [dvc, "repro"] if args.repro else [dvc, "exp", "run", *(["--queue"] if args.queue else []),
                                              *[x for kv in args.set_param for x in ("-S", kv)]]
     print(f"[lab] running: {' '.join(cmd)}", flush=True)
-    return subprocess.run(cmd, cwd=path.parent).returncode
+    return subprocess.run(cmd, cwd=path.parent, env=env).returncode
 
 
 def stage_cmd(rest: list[str]) -> int:
@@ -225,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lab`` console script."""
     ap = argparse.ArgumentParser(prog="lab", description="eagle-verify-lab command line")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p_log = sub.add_parser("log", help="log results/<mode> to MLflow again")
+    p_log = sub.add_parser("log", help="log a run to MLflow again from its record (results/<mode>, reports, results/physics)")
     p_log.add_argument("results_dir", type=Path)
     p_log.add_argument("--params", default=None)
     p_stage = sub.add_parser("stage", help="run a pipeline stage (as dvc.yaml does)")
@@ -304,14 +341,14 @@ def main(argv: list[str] | None = None) -> int:
         return print_summary(args.reports or repo_root() / "reports")
     if args.cmd == "stage":
         return stage_cmd(args.rest)
+    from lab.config import ParamsError
     from lab.tracking.runs import TrackingError
 
     try:
-        run_id = relog(args.results_dir, args.params)
-    except (FileNotFoundError, TrackingError) as exc:
+        relog(args.results_dir, args.params)
+    except (FileNotFoundError, ValueError, TrackingError, ParamsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"[lab] logged {args.results_dir} as MLflow run {run_id}")
     return 0
 
 

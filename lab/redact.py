@@ -17,7 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-__all__ = ["is_secret_name", "redact_env", "redact_argv", "redact_text", "argv_secrets", "scrub_secrets", "REDACTED"]
+__all__ = ["is_secret_name", "redact_env", "redact_argv", "redact_text", "argv_secrets", "scrub_secrets", "redact_url",
+           "REDACTED"]
 
 REDACTED = "***"
 #: Words that make a name a credential's (compared lower-case, whole words only).
@@ -99,3 +100,19 @@ def argv_secrets(argv: list[str]) -> dict[str, str]:
             key = shown[: -len(REDACTED)].rstrip("=") or "ARG_SECRET"
             out[key + "_SECRET"] = arg.split("=", 1)[1] if "=" in arg and arg.startswith("-") else arg
     return out
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password of its user-info part replaced by ``***`` (other URLs as is)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:{REDACTED}@{host}"))

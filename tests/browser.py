@@ -25,7 +25,7 @@ def chromium() -> str:
     exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if exe:
         return exe
-    pytest.fail("chromium not found. Fix: apt-get install -y chromium (see .ci/run)")
+    pytest.fail("chromium not found. Fix: sh scripts/need-system-packages.sh (the first step of README's test command)")
 
 
 def image_report(page: Path, timeout_s: int = 120) -> list[list]:

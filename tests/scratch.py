@@ -67,3 +67,20 @@ def orphan_server_record(records_dir: Path, pgid: int) -> int:
     rec["owner_pid"] = dead.pid
     rec_path.write_text(json.dumps(rec))
     return dead.pid
+
+
+def wait_until_measuring(repo: Path, proc: subprocess.Popen, mode: str = "baseline", timeout: float = 240) -> Path:
+    """Wait until the running stage of ``mode`` (``proc``: its ``dvc repro``) has recorded a
+    measured request in its attempt directory (``results/<mode>/partial/<time>/requests.jsonl``);
+    returns that directory. :raises AssertionError: the stage ended first or took too long."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    partial = repo / "results" / mode / "partial"
+    while time.monotonic() < deadline and proc.poll() is None:
+        for req in partial.glob("*/requests.jsonl"):
+            if req.stat().st_size > 0:
+                return req.parent
+        time.sleep(0.1)
+    out = proc.communicate()[0] if proc.poll() is not None else ""
+    raise AssertionError(f"the stage never measured (exit {proc.poll()}): {(out or '')[-3000:]}")

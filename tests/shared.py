@@ -6,7 +6,9 @@
 - :data:`PHYSICS_RATIO_3_OVER_1`: the T=3 / T=1 CUDA-graph forward ratio the default profile's
   decode-mode verify cost comes from;
 - :data:`PHYSICS_TINY` and :func:`numbers`: a small physics layer stack and "every number in a
-  result" (a not-run result must carry none).
+  result" (a not-run result must carry none);
+- :func:`start_lab_ui`: ``lab ui`` on a temp store, up and answering (component and e2e
+  tests: it starts processes).
 """
 
 from __future__ import annotations
@@ -80,3 +82,46 @@ class Server:
             self.proc.kill()
             self.proc.wait(5)
         self.log_f.close()
+
+
+def start_lab_ui(tmp_path: Path, setup=None) -> tuple[subprocess.Popen, int, int, str | None]:
+    """``lab ui`` on a temp store and a free port, in its own session (as from a terminal);
+    ``setup(params_file)`` runs first. Returns ``(process, port, the mlflow server's process
+    group, the URL it printed)`` once MLflow answers ``/health``.
+
+    :raises pytest.fail: ``lab ui`` exited, or MLflow did not answer within 120 s (its log attached).
+    """
+    import urllib.request
+
+    import psutil
+    import pytest
+    import yaml
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["mlflow"] = {"tracking_uri": f"sqlite:///{tmp_path / 'm.db'}", "experiment": "ui-test"}
+    pfile = tmp_path / "params.yaml"
+    pfile.write_text(yaml.safe_dump(raw, sort_keys=False))
+    if setup is not None:
+        setup(pfile)
+    port = free_port()
+    log = tmp_path / "lab-ui.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "lab.cli", "ui", "--port", str(port), "--params", str(pfile)],
+                                cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+            break
+        except Exception:
+            if proc.poll() is not None:
+                pytest.fail(f"lab ui exited with {proc.returncode}: {log.read_text()[-2000:]}")
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail(f"mlflow ui did not answer: {log.read_text()[-2000:]}")
+    url = next((ln.split(": ", 1)[1].strip() for ln in log.read_text().splitlines() if ln.startswith("[lab] open: ")),
+               None)
+    children = psutil.Process(proc.pid).children()
+    assert len(children) == 1, children
+    return proc, port, children[0].pid, url

@@ -9,7 +9,9 @@ explicit and conditional:
    mode's own flags (``modes.<name>``: algorithm, steps, attention mode, simulated accept
    length...), the server environment and extra arguments (credentials redacted), the
    model, the engine and its version, the hardware (the GPU model from NVML; for the
-   emulator, the cost profile's *name*), and the whole workload: dataset path **and content
+   emulator, the cost profile's name), the **content hash of every file a param points at**
+   (the emulator's cost profile, the dataset, a file in the server's args or environment:
+   :func:`lab.inputs.param_files`), and the whole workload: dataset path **and content
    hash**, prompts per run, output length(s) and their spread, context length(s),
    concurrency levels, the open-loop rates, burstiness, in-flight cap and SLO, repeats, warm-up
    settings, temperature and seed: every ``bench`` key but :data:`NOT_WORKLOAD`, so a new key
@@ -28,9 +30,9 @@ explicit and conditional:
    relative change exceeds ``min_effect`` (a practical floor).
 
 What is not in the hash, by design: the hardware's real speed. For a GPU the hash names the
-model, not its clocks, driver or kernels; for the emulator it names the cost profile, not
-the profile's numbers. A slower kernel under the same name is the hidden change the
-sentinel exists to catch. The false-alarm rate on real emulator launches is measured by
+model, not its clocks, driver or kernels. A slower kernel under the same name is the hidden
+change the sentinel exists to catch. (The emulator's "hardware" is its cost profile: an
+edited profile is a declared configuration change, so its content is hashed.) The false-alarm rate on real emulator launches is measured by
 ``python benchmarks/sentinel_false_alarms.py`` (docs/measurement.md).
 """
 
@@ -246,18 +248,19 @@ def log_to_run(run, result: Mapping[str, Any]) -> None:
     run.log_metrics(flags)
 
 
-def check(result: Mapping[str, Any], *, bench: Any, mlflow: Any, setup: Mapping[str, Any], run_id: str | None,
-          root: Path, log=print) -> dict[str, Any]:
+def check(result: Mapping[str, Any], *, bench: Any, setup: Mapping[str, Any], run_id: str | None,
+          root: Path, tracker, log=print) -> dict[str, Any]:
     """The sentinel of one finished launch: hash, earlier launches from MLflow, comparison.
 
     Never raises: an MLflow failure is recorded as ``status: "error"`` with its message.
 
     :param result: ``result.json`` content with ``levels`` (and ``mode``).
     :param bench: the ``bench`` section (:class:`lab.config.BenchParams`: the workload hashed,
-        the sentinel's thresholds). :param mlflow: the ``mlflow`` section (where the history is).
+        the sentinel's thresholds).
     :param setup: the rest of what shapes the launch (:func:`lab.pipeline.bench.launch_setup`).
     :param run_id: this run's MLflow id (excluded from the history).
     :param root: the repository root a relative ``bench.dataset`` is read from.
+    :param tracker: the stage's :class:`lab.tracking.tracker.Tracker` (its client reads the history).
     :returns: ``{"config_hash", "material", "status": "no history"|"too little history"|"ok"|
         "regression"|"improvement"|"error", "history_run_ids", "comparison", "flagged": [...],
         "alpha", "min_effect"}``.
@@ -276,12 +279,9 @@ def check(result: Mapping[str, Any], *, bench: Any, mlflow: Any, setup: Mapping[
                            "flagged": [], "status": "no history"}
     now = current_launch(result)
     try:
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(tracking_uri=mlflow.resolved_tracking_uri(root))
-        exp = client.get_experiment_by_name(mlflow.experiment)
-        ids, hist = (history_launches(client, exp.experiment_id, h, exclude_run_id=run_id,
-                                      max_runs=b.sentinel_history_runs, points=list(now)) if exp else ([], {}))
+        exp_id = tracker.experiment_id(create=False)
+        ids, hist = (history_launches(tracker.client, exp_id, h, exclude_run_id=run_id,
+                                      max_runs=b.sentinel_history_runs, points=list(now)) if exp_id else ([], {}))
     except Exception as exc:  # MLflow down: the run's own results stay valid
         out.update(status="error", error=f"{type(exc).__name__}: {exc}")
         log(f"[lab] sentinel: could not read MLflow history ({exc})")

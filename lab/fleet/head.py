@@ -21,6 +21,7 @@ Errors are :class:`FleetError` with the problem and the fix; nothing is submitte
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import subprocess
 import sys
@@ -120,26 +121,26 @@ def find_sweep(root: Path, sweep: Path | None, work_dir: Path | None) -> Sweep:
 def _ensure_parent(params: LabParams, sweep: Sweep, log: Callable[[str], None]) -> str:
     """The sweep's MLflow parent run: RUNNING again after a failure, a new one when there is
     none yet or the last one FINISHED (a finished run is never changed)."""
-    from mlflow.tracking import MlflowClient
-
-    from lab.tracking.runs import TrackingError, open_run, run_tags
+    from lab.tracking.runs import TrackingError, run_tags
+    from lab.tracking.tracker import Tracker
 
     uri = sweep.data["tracking_uri"]
+    tracker = Tracker.for_store(uri, params.mlflow.experiment)
     pid = sweep.data.get("parent_run_id")
     if pid:
         try:
-            client = MlflowClient(tracking_uri=uri)
-            info = client.get_run(pid).info
+            info = tracker.client.get_run(pid).info
             if info.lifecycle_stage == "active" and info.status != "FINISHED":
                 if info.status != "RUNNING":
-                    client.update_run(pid, status="RUNNING")
+                    tracker.client.update_run(pid, status="RUNNING")
                     log(f"[lab] fleet: MLflow parent run {pid} re-opened ({info.status} -> RUNNING)")
                 return pid
         except Exception as exc:  # deleted, or another server: a new parent below
             log(f"[lab] fleet: MLflow parent run {pid} not usable ({exc}); making a new one")
     try:
-        handle = open_run(params, run_name=f"pipeline | {params.engine} | fleet {sweep.id}",
-                          tags={**run_tags(params, mode=None), "lab_role": "pipeline", "fleet_sweep": sweep.id})
+        handle = tracker.open_run(f"pipeline | {params.engine} | fleet {sweep.id}",
+                                  {**run_tags(params, mode=None), "lab_role": "pipeline", "fleet_sweep": sweep.id},
+                                  nested=False)
     except TrackingError as exc:
         raise FleetError(f"{exc}. Fix: start the tracking server (README, 'Many nodes') and submit again") from exc
     sweep.data["parent_run_id"] = handle.run_id
@@ -229,9 +230,9 @@ def status(sweep: Sweep, log: Callable[[str], None] = _say) -> list[StageRow]:
     submitted = [r for r in rows if r.job_id]
     if pid and submitted and not any(r.live for r in rows) and not all(r.state == DONE for r in submitted):
         try:
-            from mlflow.tracking import MlflowClient
+            from lab.tracking.tracker import Tracker
 
-            client = MlflowClient(tracking_uri=sweep.data["tracking_uri"])
+            client = Tracker.for_store(sweep.data["tracking_uri"], sweep.data["experiment"]).client
             if client.get_run(pid).info.status == "RUNNING":
                 client.set_terminated(pid, "FAILED")
                 log(f"[lab] fleet: no job of {sweep.id} runs and it is incomplete: MLflow parent {pid} ended FAILED")
@@ -244,7 +245,9 @@ def _displace_strays(root: Path, sweep: Sweep, log: Callable[[str], None]) -> li
     """Move aside files under the directories that downstream stages depend on (``results/``)
     which are neither a stage's output nor tracked by git: leftovers of an earlier local run
     (``ground_truth.jsonl``, ``environment/``...). The stage that depends on the directory was
-    run-cached over the jobs' outputs alone, and the restored results replace those runs'."""
+    run-cached over the jobs' outputs alone, and the restored results replace those runs'.
+    What ``.dvcignore`` hides is no part of any dependency's hash and stays: a local stage's
+    attempt directories (``results/<mode>/partial/``, :mod:`lab.pipeline.staging`)."""
     from lab.fleet.runcache import open_repo
 
     with open_repo(root) as repo:
@@ -252,20 +255,24 @@ def _displace_strays(root: Path, sweep: Sweep, log: Callable[[str], None]) -> li
         dirs = {d.def_path for s in repo.index.stages for d in s.deps
                 if any(o == d.def_path or o.startswith(d.def_path.rstrip("/") + "/") for o in outs)
                 and (root / d.def_path).is_dir()}
+        seen = []
+        for d in sorted(dirs):
+            for base, subdirs, names in os.walk(root / d):
+                subdirs[:] = sorted(x for x in subdirs if not repo.dvcignore.is_ignored_dir(os.path.join(base, x)))
+                seen += [Path(base) / n for n in sorted(names) if not repo.dvcignore.is_ignored_file(os.path.join(base, n))]
     tracked = set(subprocess.run(["git", "ls-files", "--", *sorted(dirs)], cwd=root, capture_output=True, text=True,
                                  check=True).stdout.split())
     moved = []
     dest = sweep.dir / "displaced" / str(int(now()))
-    for d in sorted(dirs):
-        for path in sorted((root / d).rglob("*")):
-            rel = path.relative_to(root).as_posix()
-            if (not path.is_file() or rel in tracked or path.name == ".gitignore"
-                    or any(rel == o or rel.startswith(o.rstrip("/") + "/") for o in outs)):
-                continue
-            target = dest / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(path), target)
-            moved.append(rel)
+    for path in seen:
+        rel = path.relative_to(root).as_posix()
+        if (rel in tracked or path.name == ".gitignore"
+                or any(rel == o or rel.startswith(o.rstrip("/") + "/") for o in outs)):
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(path), target)
+        moved.append(rel)
     if moved:
         log(f"[lab] fleet: moved {len(moved)} file(s) of an earlier local run out of {', '.join(sorted(dirs))} "
             f"to {dest} (not outputs of any stage): {', '.join(moved[:8])}{' ...' if len(moved) > 8 else ''}")

@@ -115,15 +115,13 @@ def _multi_node_ranks(stage: str, env: dict[str, str]) -> subprocess.Popen | Non
 def _end_runs(sweep: Sweep, job_id: str, status: str) -> None:
     """After a failure: this job's RUNNING MLflow runs and the sweep's parent end ``status``."""
     try:
-        from mlflow.tracking import MlflowClient
+        from lab.tracking.tracker import Tracker
 
-        client = MlflowClient(tracking_uri=sweep.data["tracking_uri"])
-        exp = client.get_experiment_by_name(sweep.data["experiment"])
-        if exp is not None:
-            for run in client.search_runs([exp.experiment_id], f"tags.slurm_job_id = '{job_id}' and "
-                                          "attributes.status = 'RUNNING'"):
-                client.set_terminated(run.info.run_id, status)
-                print(f"[lab] fleet: MLflow run {run.info.run_id} ({run.info.run_name}) ended {status}", flush=True)
+        tracker = Tracker.for_store(sweep.data["tracking_uri"], sweep.data["experiment"])
+        client = tracker.client
+        for run in tracker.search_runs(f"tags.slurm_job_id = '{job_id}' and attributes.status = 'RUNNING'"):
+            client.set_terminated(run.info.run_id, status)
+            print(f"[lab] fleet: MLflow run {run.info.run_id} ({run.info.run_name}) ended {status}", flush=True)
         parent = sweep.data.get("parent_run_id")
         if parent and client.get_run(parent).info.status == "RUNNING":
             client.set_terminated(parent, status)

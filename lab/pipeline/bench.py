@@ -4,10 +4,11 @@
 (guidellm ``benchmark/benchmarker.py`` shape); each step lives in its own module and fills
 in one :class:`lab.measure.result.ModeResult`:
 
-1. prepare (:mod:`lab.pipeline.lifetime`): results dir writable, dataset, MLflow run opened
-   with the mode's params, stale engines stopped, preflight (:mod:`lab.engine.preflight`:
-   GPUs, SGLang, the argv through SGLang's parser, weights, port, disk), previous results
-   removed, environment captured;
+1. prepare (:mod:`lab.pipeline.lifetime`): results dir writable (under the stage, its new
+   attempt directory: :mod:`lab.pipeline.staging`), dataset, MLflow run opened with the
+   mode's params (through the stage's :class:`lab.tracking.tracker.Tracker`), stale engines
+   stopped, preflight (:mod:`lab.engine.preflight`: GPUs, SGLang, the argv through SGLang's
+   parser, weights, port, disk), environment captured;
 2. engine lifetime (:func:`lab.pipeline.lifetime.engine`): started in its own process group,
    ready, effective configuration read back, warmed up; stopped however the block is left
    (SIGTERM included);
@@ -17,9 +18,10 @@ in one :class:`lab.measure.result.ModeResult`:
 4. aggregate (:mod:`lab.analysis.aggregate`): per-point means and intervals, headline,
    the emulator's ground truth, hygiene warnings, the regression sentinel;
 5. record (:func:`lab.tracking.record.record`): ``runs.json``/``result.json``/
-   ``metrics.json`` written atomically and the MLflow run logged, on success and on failure
-   alike. A failure leaves ``metrics.json`` with ``"status": "failed"``, what was measured so
-   far (``partial``, ``levels_partial``), the server log, and a FAILED MLflow run.
+   ``metrics.json`` written atomically, the MLflow run logged and its run record
+   (``mlflow_run.json``) saved, on success and on failure alike. A failure leaves
+   ``metrics.json`` with ``"status": "failed"``, what was measured so far (``partial``,
+   ``levels_partial``), the server log, and a FAILED MLflow run.
 """
 
 from __future__ import annotations
@@ -38,10 +40,11 @@ from lab.measure import hygiene
 from lab.measure.point import measure_point, measurement_points
 from lab.measure.result import ModeResult
 from lab.pipeline.lifetime import capture_trace, check_writable, engine, prepare, warm_up
-from lab.tracking.grouping import mode_run_name, pipeline_parent
+from lab.tracking.grouping import mode_run_name
 from lab.tracking.params_log import mode_run_params
 from lab.tracking.record import log_engine, record
-from lab.tracking.runs import open_run, run_tags
+from lab.tracking.runs import TrackingError, run_tags
+from lab.tracking.tracker import Tracker
 from lab.workload.sources import dataset_params, emulator_prompt_file, load_bench_prompts
 
 __all__ = ["run_mode", "launch_setup"]
@@ -57,15 +60,17 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     :returns: the ``result.json`` content (``status`` ``ok``); ``metrics.json`` holds its
         flat headline for DVC.
     :raises BenchError, ServerError, TrackingError, DatasetError, ParamsError, PreflightError:
-        with ``metrics.json`` marked failed and the MLflow run FAILED where one was opened.
+        with ``metrics.json`` marked failed and the MLflow run FAILED where one was opened; a
+        TrackingError after a complete measurement leaves ``status`` ``ok`` on disk, the
+        run record beside it for ``lab log``.
     """
     root = repo_root()
     out = Path(results_dir) if Path(results_dir).is_absolute() else root / results_dir
     params.mode(mode_name)  # unknown mode: fail before anything else
     check_writable(out)
     prompts, dataset_info = load_bench_prompts(params.bench, root)  # file or HF id (lab/workload/sources.py)
-    run = open_run(params, run_name=mode_run_name(params, mode_name), tags=run_tags(params, mode=mode_name),
-                   parent_run_id=pipeline_parent(params))
+    tracker = Tracker.from_params(params, root)  # this stage's MLflow client and parent run
+    run = tracker.open_run(mode_run_name(params, mode_name), run_tags(params, mode=mode_name), base=out)
     truth_path = out / "ground_truth.jsonl" if engine_for(params).ground_truth else None
     cmd = build_server_command(params, mode_name, ground_truth_file=truth_path,
                                prompt_file=emulator_prompt_file(params.bench, prompts, root, out) if engine_for(params).modelled else None)
@@ -86,16 +91,19 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
                             srv, point, rep, bench=params.bench, prompts=prompts, out=out, req_file=req_file,
                             speculative=params.mode(mode_name).is_speculative, result=res, log=log))
             capture_trace(srv, params.bench, prompts, out, res, log, modelled=engine_for(params).modelled)
-        _aggregate(params, res, truth_path, log)
+        _aggregate(params, tracker, res, truth_path, log)
     except BaseException as exc:
         res.fail(exc, levels_partial=aggregate_levels(res.runs))
-        record(res, out, run, "FAILED", log)
+        try:
+            record(res, out, run, "FAILED", log)
+        except TrackingError:
+            pass  # said by record; the measurement's own failure is the error to raise
         raise
-    record(res, out, run, "FINISHED", log)
+    record(res, out, run, "FINISHED", log)  # TrackingError: the results are on disk, `lab log` re-logs
     return res.to_dict()
 
 
-def _aggregate(params: LabParams, res: ModeResult, truth_path: Path | None, log) -> None:
+def _aggregate(params: LabParams, tracker: Tracker, res: ModeResult, truth_path: Path | None, log) -> None:
     """The measured repeats into ``res``: per-point aggregates, the emulator's ground truth,
     the headline, hygiene warnings (logged), ``status = "ok"``, then the sentinel (which
     compares this launch with earlier ones in MLflow; it never raises)."""
@@ -107,15 +115,17 @@ def _aggregate(params: LabParams, res: ModeResult, truth_path: Path | None, log)
     for w in res.warnings:
         log(f"[lab] WARNING {res.mode}: {w}")
     res.status = "ok"
-    res.sentinel = sentinel.check(res.to_dict(), bench=params.bench, mlflow=params.mlflow,
-                                  setup=launch_setup(params, res.mode), run_id=res.mlflow_run_id, root=repo_root(), log=log)
+    res.sentinel = sentinel.check(res.to_dict(), bench=params.bench, setup=launch_setup(params, res.mode),
+                                  run_id=res.mlflow_run_id, root=repo_root(), tracker=tracker, log=log)
 
 
 def launch_setup(params: LabParams, mode_name: str | None) -> dict[str, Any]:
     """What besides the server's resolved arguments and the workload shapes a launch: the
     mode's flags, the model, the server's environment and extra args (credentials
-    redacted) and, for the emulator, the cost profile's name and its fault list: what the
-    regression sentinel hashes beside the workload (:func:`lab.analysis.sentinel.check`)."""
+    redacted), for the emulator the cost profile's name and its fault list, and the path and
+    SHA-256 of every file a param points at (``param_files``: :func:`lab.inputs.file_digests`):
+    what the regression sentinel hashes beside the workload (:func:`lab.analysis.sentinel.check`)."""
+    from lab.inputs import file_digests, param_files
     from lab.redact import redact_argv, redact_env
 
     setup: dict[str, Any] = {
@@ -129,4 +139,6 @@ def launch_setup(params: LabParams, mode_name: str | None) -> dict[str, Any]:
     if engine_for(params).modelled:
         setup["emulator_profile"] = params.emulator.profile
         setup["emulator_faults"] = list(params.emulator.faults or [])
+    root = repo_root()
+    setup["param_files"] = file_digests(param_files(params, root), root)  # the profile's content, ...
     return setup

@@ -15,7 +15,7 @@ from pathlib import Path
 from lab.config import LabParams
 from lab.pipeline.stage import PreflightFailed, Stage, stage_main
 
-__all__ = ["bench_stage", "main"]
+__all__ = ["bench_stage", "main", "MODE_FILES", "mode_result_complete", "check_inputs_tracked"]
 
 
 def _log(message: str) -> None:
@@ -35,7 +35,8 @@ def bench_stage(params: LabParams, mode: str) -> Stage:
         start fails fast, shows the short table, deletes nothing and leaves no MLflow run):
         :func:`lab.engine.preflight.run_preflight` without the SGLang argv parse (the
         notebook's own preflight does it): port, disk, dataset, emulator profile; with
-        ``engine: sglang`` also GPUs, SGLang importable and the weights.
+        ``engine: sglang`` also GPUs, SGLang importable and the weights; then every file a
+        param points at is a DVC dependency (:func:`check_inputs_tracked`).
 
         :raises PreflightFailed: with the table.
         """
@@ -50,6 +51,7 @@ def bench_stage(params: LabParams, mode: str) -> Stage:
             raise PreflightFailed(f"stage bench {mode}: preflight failed before any engine started; "
                                   f"nothing was deleted ({out_dir} keeps its previous results)\n"
                                   + format_table(report))
+        check_inputs_tracked(params, root, mode)
 
     def cleanup() -> None:
         # A kernel killed hard ran no `finally`: stop the engine group it left (its owner,
@@ -59,8 +61,48 @@ def bench_stage(params: LabParams, mode: str) -> Stage:
         stop_stale_servers(log=_log)
 
     return Stage(dvc_name="bench", notebook="bench", results_dir=f"results/{mode}",
-                 parameters={"mode_name": mode, "mode": slice_, "results_dir": f"results/{mode}"},
+                 parameters={"mode_name": mode, "mode": slice_}, complete=mode_result_complete, owned=MODE_FILES,
                  preflight=preflight, cleanup=cleanup)
+
+
+def check_inputs_tracked(params: LabParams, root: Path, mode: str) -> None:
+    """Refuse a file a param points at (:func:`lab.inputs.param_files`: the emulator profile,
+    the dataset, a file in ``server.extra_args`` / ``server.env``) that lies outside the bench
+    stage's ``dvc.yaml`` dependencies: DVC would not see it change, so an edit would neither
+    show in ``dvc status`` nor re-run the stage.
+
+    :raises PreflightFailed: naming the param, the file, the dependencies and the fix.
+    """
+    from lab.inputs import outside_deps, param_files
+    from lab.pipeline.stage import stage_deps
+
+    deps = stage_deps(root, "bench")
+    outside = outside_deps(param_files(params, root), root, deps)
+    if outside:
+        dirs = ", ".join(d + "/" for d in deps if (root / d).is_dir())
+        listed = "; ".join(f"{k} = {p}" for k, p in outside.items())
+        k, p = next(iter(outside.items()))
+        raise PreflightFailed(
+            f"stage bench {mode}: {listed}: outside the bench stage's DVC dependencies ({dirs} ...), so an edit of "
+            f"the file would not show in `dvc status` nor re-run the stage. Fix: move it under data/ "
+            f"(mv {p} data/{p.name}) and set {k} to data/{p.name}; nothing was started or deleted")
+
+
+#: What a bench stage writes in ``results/<mode>/`` (``dataset.jsonl``: a Hugging Face set's
+#: loaded prompts for the emulator; ``profile/``: the ``bench.profile`` trace).
+MODE_FILES = ("metrics.json", "result.json", "runs.json", "requests.jsonl", "server.log", "ground_truth.jsonl",
+              "bench.ipynb", "mlflow_run.json", "dataset.jsonl", "environment", "profile")
+
+
+def mode_result_complete(work: Path) -> bool:
+    """True when ``work/result.json`` says ``status: ok``: every point measured, aggregated and
+    written (``lab.tracking.record.record`` writes it before logging to MLflow)."""
+    import json
+
+    try:
+        return json.loads((work / "result.json").read_text()).get("status") == "ok"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,6 +40,8 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
         ``caption``, ``effective_config``, ``warnings``, ``lossless``, ``figures`` (name -> path),
         ``trace`` and, when logged, ``mlflow_run_id``.
     :raises lab.analysis.comparison.CompareError: a mode's results are missing or failed.
+    :raises lab.tracking.runs.TrackingError: MLflow failed; every file is written first, and
+        the message names the ``lab log`` command.
     """
     from lab.profiling.report import trace_section  # bench.trace profiler traces, when captured
     from lab.report import figures
@@ -89,12 +91,30 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     # Opens with the answer (each warning once, naming its modes), then the full table.
     write_summary_markdown(rep_dir / "summary.md", answer_markdown(summary, "report.html"), summary["rows"], baseline)
     report.write_report(summary, rep_dir / "report.html", engine=params.engine, modes=params.modes)
+    error = None
     if track:
         from lab.tracking.compare_log import log_comparison
+        from lab.tracking.tracker import Tracker
 
-        run_id = log_comparison(params, modes, results, lean_numbers(summary), summary["figures"], rep_dir,
-                                run_metrics=taskmix_metrics(summary.get("taskmix")))
+        run_id, error = log_comparison(Tracker.from_params(params, root), params, modes, results, lean_numbers(summary),
+                                       summary["figures"], rep_dir, run_metrics=taskmix_metrics(summary.get("taskmix")))
         if run_id:
             summary["mlflow_run_id"] = run_id
-    write_comparison_json(rep_dir, summary, lean_numbers(summary))
+    write_comparison_json(rep_dir, _relative_paths(summary, rep_dir), lean_numbers(summary))
+    if error is not None:  # every file is written: the stage fails, `lab log` re-logs the run
+        raise error
     return summary
+
+
+def _relative_paths(obj: Any, base: Path) -> Any:
+    """``obj`` with every string that is a path under ``base`` made relative to it
+    (``figures/x.png``): ``comparison.json`` stays valid when the stage's attempt directory
+    moves into ``reports/`` (:mod:`lab.pipeline.staging`), or the reports are copied."""
+    prefix = str(base).rstrip("/") + "/"
+    if isinstance(obj, str):
+        return obj[len(prefix):] if obj.startswith(prefix) else obj
+    if isinstance(obj, dict):
+        return {k: _relative_paths(v, base) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_relative_paths(v, base) for v in obj]
+    return obj

@@ -15,7 +15,7 @@ from pathlib import Path
 from lab.config import LabParams
 from lab.pipeline.stage import PreflightFailed, Stage, stage_main
 
-__all__ = ["compare_stage", "check_sweep_current", "main"]
+__all__ = ["compare_stage", "check_sweep_current", "main", "REPORT_FILES"]
 
 
 def check_sweep_current(path: Path) -> None:
@@ -54,14 +54,32 @@ def compare_stage(params: LabParams, params_file: str | None = None) -> Stage:
             raise PreflightFailed(f"stage compare: {exc}") from None
 
     return Stage(dvc_name="compare", notebook="compare", results_dir="reports", preflight=preflight,
-                 parameters={"modes": list(params.modes), "results_dir": "results", "reports_dir": "reports"})
+                 parameters={"modes": list(params.modes), "results_dir": "results"}, dir_param="reports_dir",
+                 complete=lambda work: (work / "comparison.json").is_file() and (work / "summary.json").is_file(),
+                 owned=REPORT_FILES)
+
+
+#: What the compare stage writes in ``reports/`` (its ``dvc.yaml`` outputs and its run record).
+REPORT_FILES = ("summary.csv", "concurrency.csv", "pareto.csv", "lossless.csv", "categories.csv", "compare.ipynb",
+                "comparison.json", "report.html", "summary.md", "figures", "summary.json", "mlflow_run.json")
 
 
 def print_answer(notebook: Path) -> None:
-    """The last stage: ``dvc repro`` ends with the answer (:func:`lab.report.answer.load_answer`)."""
+    """The last stage: ``dvc repro`` ends with the answer (:func:`lab.report.answer.load_answer`).
+    Inside a DVC experiment the report is named as the experiment's (its temporary copy is
+    gone once the experiment ends), with how to get it into the workspace."""
+    import os
+
+    from lab.pipeline.stage import in_experiment
     from lab.report.answer import load_answer
 
-    print("\n" + load_answer(notebook.parent), flush=True)
+    shown = None
+    if in_experiment(notebook.parent.parent):
+        name = os.environ.get("DVC_EXP_NAME")
+        shown = (f"reports/report.html of experiment {name} (`dvc exp apply {name}` puts it in the workspace)"
+                 if name else "reports/report.html of this experiment (`dvc exp show` names it; "
+                              "`dvc exp apply <name>` puts it in the workspace)")
+    print("\n" + load_answer(notebook.parent, shown), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,8 +5,8 @@ function that fills in the mode's :class:`lab.measure.result.ModeResult`:
 
 - :func:`check_writable`: the results dir can be written (the first check, in seconds);
 - :func:`prepare`: stale engines stopped, preflight (:mod:`lab.engine.preflight`), the
-  previous results removed only once it passed, the environment captured
-  (:mod:`lab.engine.envcapture`);
+  environment captured (:mod:`lab.engine.envcapture`); the results directory is the
+  stage's new attempt directory (:mod:`lab.pipeline.staging`), so nothing earlier is removed;
 - :func:`engine`: a context manager: SIGTERM turned into ``SystemExit`` so ``finally`` runs,
   the engine started in its own process group (:mod:`lab.engine.command`, :mod:`lab.engine.process`), its startup phases
   followed in its log (:mod:`lab.engine.startup`), its effective configuration and version
@@ -21,7 +21,6 @@ modules together; the engine modules it calls know nothing of a mode's result.
 
 from __future__ import annotations
 
-import shutil
 import signal
 import time
 from contextlib import contextmanager
@@ -38,13 +37,11 @@ from lab.engine.startup import StartupTracker
 from lab.measure import client, hygiene
 from lab.measure.point import BenchError, check_alive
 from lab.measure.result import ModeResult
+from lab.pipeline.staging import check_output_dir
 from lab.tracking.versions import version_tags
 from lab.workload.dataset import workload
 
-__all__ = ["check_writable", "prepare", "engine", "warm_up", "capture_trace", "sigterm_as_exit", "STALE_RESULTS"]
-
-#: Files of ``results/<mode>/`` an earlier run left; removed once preflight passed.
-STALE_RESULTS = ("metrics.json", "result.json", "requests.jsonl", "runs.json", "server.log", "ground_truth.jsonl")
+__all__ = ["check_writable", "prepare", "engine", "warm_up", "capture_trace", "sigterm_as_exit"]
 
 
 @contextmanager
@@ -65,34 +62,27 @@ def sigterm_as_exit() -> Iterator[None]:
 
 
 def check_writable(d: Path) -> None:
-    """Create ``d`` and write a probe file in it. :raises BenchError: it cannot be written."""
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        probe = d / ".write_probe"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise BenchError(f"results directory {d} is not writable ({exc}). Fix: check its "
-                         "permissions or free disk space") from exc
+    """Create ``d`` and write a probe file in it (:func:`lab.pipeline.staging.check_output_dir`).
+
+    :raises BenchError: it cannot be written (a file in the way, permissions, disk), with the fix.
+    """
+    problem = check_output_dir(d)
+    if problem:
+        raise BenchError(problem)
 
 
 def prepare(params: LabParams, cmd: ServerCommand, out: Path, result: ModeResult, log=print) -> None:
     """Everything before the engine starts: stale engines stopped (one on our port would
-    fail the port check), preflight (``result.preflight``, its table logged), then, with the
-    engine about to start, the previous results removed and the environment captured
-    (``result.environment_tags``, files under ``out/environment``).
+    fail the port check), preflight (``result.preflight``, its table logged), then the
+    environment captured (``result.environment_tags``, files under ``out/environment``).
 
-    :raises lab.engine.preflight.PreflightError: a preflight check failed (previous results kept).
+    :raises lab.engine.preflight.PreflightError: a preflight check failed.
     """
     stop_stale_servers(log=log)
     pre = run_preflight(params, [result.mode], python=cmd.argv[0], results_dir=out)
     result.preflight = pre.to_dict()
     log(f"[lab] {result.mode}: preflight\n{format_table(pre)}")
     pre.raise_if_failed()
-    # Only now, with the engine about to start, do the previous results go.
-    for stale in STALE_RESULTS:
-        (out / stale).unlink(missing_ok=True)
-    shutil.rmtree(out / "trace", ignore_errors=True)  # an earlier bench.trace
     result.environment_tags = capture_environment(out / "environment", python=cmd.argv[0],
                                                   server_env=cmd.env, engine=params.engine)
 

@@ -70,9 +70,23 @@ def _physics_not_run(params: LabParams, root: Path, out_dir: Path) -> Path | Non
 def physics_stage(params: LabParams) -> Stage:
     """The ``physics`` stage: notebook ``physics`` with the ``physics`` params, outputs in
     ``results/physics``; without CUDA (or torch) no kernel starts (:func:`physics_without_cuda`)."""
+    from lab.physics.stack_report import FIGURE_FILES
+
     return Stage(dvc_name="physics", notebook="physics", results_dir="results/physics",
-                 parameters={"physics": params.physics.model_dump(mode="json"), "results_dir": "results/physics"},
+                 parameters={"physics": params.physics.model_dump(mode="json")}, complete=_physics_complete,
+                 owned=("metrics.json", "physics.ipynb", "mlflow_run.json", "profile", "profile.png", *FIGURE_FILES),
                  without_kernel=_physics_not_run)
+
+
+def _physics_complete(work: Path) -> bool:
+    """``metrics.json`` written with status ``ok`` or ``not run: ...`` (a failed measurement is partial)."""
+    import json
+
+    try:
+        status = str(json.loads((work / "metrics.json").read_text()).get("status", ""))
+    except (OSError, ValueError, AttributeError):
+        return False
+    return status == "ok" or status.startswith("not run")
 
 
 def main(argv: list[str] | None = None) -> int:

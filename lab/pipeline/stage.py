@@ -12,8 +12,20 @@ as a :class:`Stage` and hands it to :func:`stage_main`.
 The stage validates ``params.yaml`` first (a bad key fails here, before any server starts),
 then executes the notebook with that stage's slice of the params as papermill parameters.
 The Python API keeps their types: papermill's CLI ``-p flag false`` would inject the truthy
-string ``"false"``. The executed notebook is written to ``<results_dir>/<notebook>.ipynb``;
-committed notebooks under ``notebooks/`` stay output-free.
+string ``"false"``. The notebook writes into a new attempt directory
+(:mod:`lab.pipeline.staging`: ``<results_dir>/partial/<UTC time>/``, the executed notebook
+``<notebook>.ipynb`` included); only a complete result replaces the previous one in
+``<results_dir>``. Committed notebooks under ``notebooks/`` stay output-free.
+
+Every stage logs through one :class:`lab.tracking.tracker.Tracker` per process; the stage
+names its pipeline invocation (:data:`lab.tracking.grouping.INVOCATION_ENV`: the ``dvc``
+process under DVC, else the stage itself) for the kernel it starts, so each ``dvc repro``
+has its own MLflow parent run. Exit codes and messages (:func:`stage_main`): 0 ok; 2 bad
+params, a check before the notebook, or a conflicting ``MLFLOW_TRACKING_URI`` (nothing
+started, nothing deleted); 130 interrupted; 1 the notebook failed, or MLflow failed after
+a complete result (then the message says the results are safe and names ``lab log``).
+An interrupted or failed stage's message names the attempt directory holding its partial
+result, and only paths that exist.
 """
 
 from __future__ import annotations
@@ -26,12 +38,23 @@ from typing import Any
 
 from lab.config import LabParams, ParamsError, load_params, repo_root
 
-__all__ = ["Stage", "PreflightFailed", "run_stage", "stage_main", "stage_deps", "check_deps_tracked",
+__all__ = ["Stage", "PreflightFailed", "StageFailed", "run_stage", "stage_main", "stage_deps", "check_deps_tracked",
            "in_experiment", "log_executed_notebook"]
 
 
 class PreflightFailed(RuntimeError):
     """A check before the notebook failed; the message is the table or error to show."""
+
+
+class StageFailed(RuntimeError):
+    """The stage ran and failed; the message says what, where its results are, and the fix.
+
+    :ivar exit_code: 1 (failed) or 130 (interrupted).
+    """
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 @dataclass
@@ -40,8 +63,14 @@ class Stage:
 
     :ivar dvc_name: the stage's name in ``dvc.yaml`` (``bench`` for every ``bench@<mode>``).
     :ivar notebook: ``notebooks/<notebook>.ipynb`` is executed.
-    :ivar parameters: papermill parameters (``params_file`` is added when one was given).
-    :ivar results_dir: where the executed notebook goes, relative to the repo root.
+    :ivar parameters: papermill parameters (``params_file`` is added when one was given;
+        ``dir_param`` is set to the attempt directory).
+    :ivar results_dir: where the complete result goes, relative to the repo root.
+    :ivar complete: ``(attempt_dir) -> bool``: the attempt holds a complete result (it then
+        replaces the previous one, even when a later step such as MLflow failed).
+    :ivar owned: names the stage writes in ``results_dir`` (a previous result's leftovers
+        among them are removed when a new complete result moves in).
+    :ivar dir_param: the notebook parameter naming the output directory.
     :ivar preflight: ``(params, root, out_dir)``: seconds-long checks before any kernel;
         raises :class:`PreflightFailed`.
     :ivar without_kernel: ``(params, root, out_dir)``: the stage's outcome when no kernel can
@@ -53,78 +82,166 @@ class Stage:
     notebook: str
     parameters: dict[str, Any]
     results_dir: str
+    complete: Callable[[Path], bool]
+    owned: tuple[str, ...] = ()
+    dir_param: str = "results_dir"
     preflight: Callable[[LabParams, Path, Path], None] | None = None
     without_kernel: Callable[[LabParams, Path, Path], Path | None] | None = None
     cleanup: Callable[[], None] | None = None
 
 
-def run_stage(build: Callable[[LabParams], Stage], params_file: str | None = None) -> Path:
-    """Validate params, build the stage, run its fast checks, then execute its notebook;
-    returns the executed copy's path.
+def _name_invocation() -> None:
+    """Set :data:`lab.tracking.grouping.INVOCATION_ENV` for this stage and its kernel: the
+    ``dvc`` process that runs the stage (``DVC_STAGE`` set, ``dvc/stage/run.py``; the first
+    non-shell ancestor, :func:`lab.pipeline.interrupt.launcher_chain`), else this process."""
+    import os
+
+    from lab.tracking.grouping import INVOCATION_ENV, process_id
+
+    if os.environ.get(INVOCATION_ENV):
+        return
+    chain = []
+    if os.environ.get("DVC_STAGE"):
+        from lab.pipeline.interrupt import launcher_chain
+
+        chain = launcher_chain()
+    try:
+        os.environ[INVOCATION_ENV] = process_id(chain[-1] if chain else None)
+    except Exception:  # psutil could not read the launcher: this process is the invocation
+        os.environ[INVOCATION_ENV] = process_id()
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def run_stage(build: Callable[[LabParams], Stage], params_file: str | None = None, where: str = "") -> Path:
+    """Validate params, build the stage, run its fast checks, then execute its notebook in a
+    new attempt directory and move a complete result into place; returns the executed
+    notebook's final path.
 
     :param build: the entry module's stage description from the validated params.
-    :raises ParamsError: invalid params (before anything starts).
+    :param where: the stage as named in messages (``bench baseline``).
+    :raises ParamsError: invalid params, or ``MLFLOW_TRACKING_URI`` names another store
+        (before anything starts).
     :raises PreflightFailed: a check before the notebook failed (nothing started or deleted).
-    :raises papermill.PapermillExecutionError: a notebook cell failed (the executed copy,
-        with the traceback, is still written).
+    :raises StageFailed: the notebook failed or was interrupted (its partial result kept in
+        its attempt directory, named in the message), or MLflow failed after a complete result.
     """
     import os
     import time
 
-    from lab.tracking.runs import STAGE_STARTED_ENV
+    from lab.pipeline.staging import attempt_dir, check_output_dir, promote
+    from lab.tracking.runs import STAGE_STARTED_ENV, TrackingError, results_safe, tracking_cause
+    from lab.tracking.tracker import Tracker
 
     os.environ[STAGE_STARTED_ENV] = str(int(time.time() * 1000))  # the kernel inherits it
+    _name_invocation()
     root = repo_root()
     params = load_params(params_file or root / "params.yaml")
+    try:
+        tracker = Tracker.from_params(params, root)  # refuses a conflicting MLFLOW_TRACKING_URI
+    except TrackingError as exc:
+        raise ParamsError(str(exc)) from None
     stage = build(params)
     check_deps_tracked(root, stage.dvc_name)
     out_dir = root / stage.results_dir
+    problem = check_output_dir(out_dir)
+    if problem:
+        raise PreflightFailed(f"stage {where or stage.dvc_name}: {problem}")
     if stage.preflight is not None:
         stage.preflight(params, root, out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    output = out_dir / f"{stage.notebook}.ipynb"
-    parameters = dict(stage.parameters)
+    work = attempt_dir(out_dir)
+    output = work / f"{stage.notebook}.ipynb"
+    parameters = {**stage.parameters, stage.dir_param: _rel(work, root)}
     if params_file:
         parameters["params_file"] = str(Path(params_file).resolve())
-    if stage.without_kernel is not None:
-        written = stage.without_kernel(params, root, out_dir)
-        if written is not None:
-            log_executed_notebook(params, written)
-            return written
-    import papermill as pm
-
-    from lab.pipeline.interrupt import forward_signals
-
     received: list[int] = []
+    error: BaseException | None = None
     try:
-        with forward_signals() as received:
-            pm.execute_notebook(
-                str(root / "notebooks" / f"{stage.notebook}.ipynb"),
-                str(output),
-                parameters=parameters,
-                cwd=str(root),
-                kernel_name="python3",
-                progress_bar=False,
-                log_output=True,
-            )
-    except Exception:
-        if received:  # the cell failed because we interrupted it
-            raise KeyboardInterrupt(f"stage interrupted by signal {received[0]}") from None
-        raise
-    finally:
-        if stage.cleanup is not None:
-            stage.cleanup()
-        log_executed_notebook(params, output)
-    if received:
-        raise KeyboardInterrupt(f"stage interrupted by signal {received[0]}")
-    return output
+        written = stage.without_kernel(params, root, work) if stage.without_kernel is not None else None
+        if written is None:
+            import papermill as pm
+
+            from lab.pipeline.interrupt import forward_signals
+
+            try:
+                with forward_signals() as received:
+                    pm.execute_notebook(str(root / "notebooks" / f"{stage.notebook}.ipynb"), str(output),
+                                        parameters=parameters, cwd=str(root), kernel_name="python3",
+                                        progress_bar=False, log_output=True)
+            finally:
+                if stage.cleanup is not None:
+                    stage.cleanup()
+        else:
+            output = written
+    except BaseException as exc:  # noqa: BLE001 - judged below, then re-raised as a StageFailed
+        error = exc
+    attach_error = log_executed_notebook(tracker, output)
+    complete = stage.complete(work)
+    final = out_dir / output.name
+    if complete:
+        promote(work, out_dir, stage.owned)
+    name = where or stage.dvc_name
+    if received or isinstance(error, KeyboardInterrupt):
+        sig = f"signal {received[0]}" if received else str(error) or "KeyboardInterrupt"
+        raise StageFailed(f"stage {name} interrupted ({sig}); no engine left running; "
+                          + _where_partial(work, out_dir, root, complete), exit_code=130) from None
+    tracking = _tracking_failure(error) or (attach_error if error is None else None)
+    if complete and tracking:
+        raise StageFailed(f"stage {name}: {results_safe(tracking_cause(tracking), _rel(out_dir, root))}") from None
+    if error is not None:
+        cell = getattr(error, "ename", None)  # papermill's error: the failing cell's exception
+        detail = tracking_cause(tracking) if tracking else _short(
+            f"{cell}: {getattr(error, 'evalue', '')}" if cell else f"{type(error).__name__}: {error}")
+        raise StageFailed(f"stage {name} failed ({detail}); " + _where_partial(work, out_dir, root, complete)) from None
+    return final
+
+
+def _short(text: str, limit: int = 400) -> str:
+    """``text`` up to its first line break and ``limit`` characters (papermill's error holds
+    the cell's traceback; the executed notebook keeps it whole)."""
+    head = text.strip().split("\n", 1)[0]
+    return head if len(head) <= limit else head[:limit] + " ..."
+
+
+def _tracking_failure(error: BaseException | None) -> str | None:
+    """The message of a tracking error, raised here or in the notebook (papermill's
+    ``PapermillExecutionError`` carries the cell's exception name and value), else None."""
+    from lab.tracking.runs import TrackingError
+
+    if isinstance(error, TrackingError):
+        return str(error)
+    if getattr(error, "ename", None) == "TrackingError":
+        return str(getattr(error, "evalue", "")) or "TrackingError"
+    return None
+
+
+def _where_partial(work: Path, out_dir: Path, root: Path, complete: bool) -> str:
+    """Where a failed attempt left what it wrote (only paths that exist)."""
+    if complete:
+        return f"the complete result is in {_rel(out_dir, root)}"
+    files = [p for p in ("metrics.json", "requests.jsonl", "server.log", "bench.ipynb", "compare.ipynb",
+                         "physics.ipynb") if (work / p).exists()]
+    kept = "its previous results are untouched" if any(out_dir.glob("*.json")) else "no earlier result was there"
+    if not files:
+        try:
+            work.rmdir()  # nothing written: no empty attempt left behind
+            work.parent.rmdir()
+        except OSError:
+            pass
+        return f"nothing was written; {kept} in {_rel(out_dir, root)}"
+    return (f"its partial result is in {_rel(work, root)} ({', '.join(files)}); {kept} in {_rel(out_dir, root)}")
 
 
 def stage_main(where: str, build: Callable[[LabParams], Stage], params_file: str | None,
                on_success: Callable[[Path], None] | None = None) -> int:
-    """Run a stage as a CLI: :func:`run_stage`, then end the pipeline's MLflow parent with the
-    outcome. Exit codes: 0 ok, 2 bad params or preflight (nothing started), 130 interrupted,
-    1 the notebook failed.
+    """Run a stage as a CLI: :func:`run_stage`, then end this invocation's MLflow parent with
+    the outcome. Exit codes: 0 ok, 2 bad params or preflight (nothing started), 130
+    interrupted, 1 the notebook failed or MLflow failed (module docstring).
 
     :param where: the stage as named in messages (``bench baseline``).
     :param on_success: called with the executed notebook's path after success.
@@ -133,50 +250,53 @@ def stage_main(where: str, build: Callable[[LabParams], Stage], params_file: str
 
     die_with_launcher()  # dvc killed -> SIGTERM here -> forwarded to the kernel
     try:
-        out = run_stage(build, params_file)
+        out = run_stage(build, params_file, where)
     except (ParamsError, PreflightFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         _close_pipeline_runs(params_file, ok=False)
         return 2
-    except KeyboardInterrupt as exc:
-        print(f"error: stage {where.split()[0]} interrupted ({exc}); no engine left running", file=sys.stderr)
+    except StageFailed as exc:
+        _close_pipeline_runs(params_file, ok=False)
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt as exc:  # a second signal before the kernel was told
+        print(f"error: stage {where} interrupted ({exc}); no engine left running", file=sys.stderr)
         _close_pipeline_runs(params_file, ok=False)
         return 130
-    except Exception as exc:  # papermill's error already printed the failing cell
-        _close_pipeline_runs(params_file, ok=False)
-        name = type(exc).__name__
-        print(f"error: stage {where} failed ({name}: {exc}); "
-              f"see the executed notebook under results/ and the server log", file=sys.stderr)
-        return 1
     _close_pipeline_runs(params_file, ok=True)
-    print(f"[lab] executed notebook: {out}")
+    root = repo_root()
+    print(f"[lab] executed notebook: {out}" if not in_experiment(root) else
+          f"[lab] executed notebook: {_rel(out, root)} (in this DVC experiment; `dvc exp apply` puts it in the workspace)")
     if on_success is not None:
         on_success(out)
     return 0
 
 
-def log_executed_notebook(params: LabParams, notebook: Path) -> None:
-    """Attach the executed notebook to the MLflow run its stage recorded (if any)."""
-    import json
+def log_executed_notebook(tracker, notebook: Path) -> str | None:
+    """Attach the executed notebook to the MLflow run its stage recorded (the run record
+    beside it, :data:`lab.tracking.runs.RECORD_FILE`, gets it too, for ``lab log``), and end
+    that run now (its duration is the stage's). Returns the tracking error's message, or None."""
+    from lab.tracking.runs import RECORD_FILE, TrackingError, load_record
 
-    from lab.tracking.runs import TrackingError, attach_artifact
+    rec_path = notebook.parent / RECORD_FILE
+    if not notebook.is_file() or not rec_path.is_file():
+        return None
+    try:
+        rec = load_record(rec_path)
+    except (OSError, ValueError):
+        return None
+    if [notebook.name, None] not in rec["artifacts"]:
+        rec["artifacts"].append([notebook.name, None])
+        from lab.atomic import write_json_atomic
 
-    for candidate in ("result.json", "comparison.json", "mlflow_run.json"):
-        rec = notebook.parent / candidate
-        if rec.is_file() and notebook.is_file():
-            try:
-                run_id = json.loads(rec.read_text()).get("mlflow_run_id")
-            except ValueError:
-                return
-            if run_id:
-                try:
-                    attach_artifact(params, run_id, notebook)
-                    from lab.tracking.mlflow_view import end_run_now
-
-                    end_run_now(params, run_id)  # the run's duration is the stage's
-                except TrackingError as exc:
-                    print(f"[lab] could not attach {notebook} to MLflow run {run_id}: {exc}", file=sys.stderr)
-            return
+        write_json_atomic(rec_path, rec, indent=1)
+    try:
+        tracker.attach(rec["run_id"], notebook)
+        tracker.end_run_now(rec["run_id"])
+    except TrackingError as exc:
+        print(f"[lab] could not attach {notebook.name} to MLflow run {rec['run_id']}: {exc}", file=sys.stderr)
+        return str(exc)
+    return None
 
 
 def in_experiment(root: Path) -> bool:
@@ -240,13 +360,13 @@ def check_deps_tracked(root: Path, stage: str) -> None:
 
 
 def _close_pipeline_runs(params_file: str | None, ok: bool) -> None:
-    """End the pipeline's parent run with this stage's outcome (and, after a failure, its
-    children left RUNNING): :func:`lab.tracking.grouping.close_pipeline_runs`. Never raises."""
+    """End this invocation's parent run with this stage's outcome (and, after a failure, its
+    children left RUNNING): :meth:`lab.tracking.tracker.Tracker.close_pipeline`. Never raises."""
     try:
-        from lab.tracking.grouping import close_pipeline_runs
+        from lab.tracking.tracker import Tracker
 
         params = load_params(params_file or repo_root() / "params.yaml")
-        changed = close_pipeline_runs(params, ok)
+        changed = Tracker.from_params(params).close_pipeline(ok)
         if not ok and changed:
             print(f"[lab] MLflow runs marked FAILED (this stage failed): {', '.join(changed)}", file=sys.stderr)
     except ParamsError:

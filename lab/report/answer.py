@@ -212,12 +212,13 @@ def answer_html(comparison: dict[str, Any], report_path: str | Path | None = Non
     return "\n".join(out)
 
 
-def load_answer(reports_dir: str | Path) -> str:
-    """:func:`answer_text` of ``reports_dir/comparison.json``.
+def load_answer(reports_dir: str | Path, report_shown: str | None = None) -> str:
+    """:func:`answer_text` of ``reports_dir/comparison.json``; the report is named as
+    ``report_shown`` when given (default ``reports_dir/report.html``).
 
     :raises FileNotFoundError: no comparison yet (the message says to run ``dvc repro``).
     """
     path = Path(reports_dir) / "comparison.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found. Fix: run `dvc repro` (the compare stage writes it)")
-    return answer_text(json.loads(path.read_text()), Path(reports_dir) / "report.html")
+    return answer_text(json.loads(path.read_text()), report_shown or Path(reports_dir) / "report.html")

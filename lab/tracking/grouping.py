@@ -1,36 +1,40 @@
-"""MLflow grouping: one parent run per pipeline run, mode and comparison runs nested under it.
+"""MLflow grouping: one parent run per pipeline *invocation*, mode and comparison runs nested under it.
 
 DVC runs each stage as its own process, so no process sees the whole pipeline run. The
-parent is created on first use (by the first ``bench@<mode>`` or ``compare`` stage that
-runs) and found again by the later stages through a small file,
+parent is created on first use (by the first stage of a ``dvc repro`` that logs a run) and
+found again by the later stages of the same invocation through a small file,
 ``.cache/mlflow_parent.json`` in the checkout the stage runs in (for a queued DVC
 experiment: its temporary copy). The file maps a *pipeline-run key* to the parent's run id:
 
-    key = sha256(git HEAD commit, DVC experiment name ($DVC_EXP_NAME, "workspace" outside
-          an experiment), tracking URI, experiment name,
+    key = sha256(invocation, git HEAD commit, DVC experiment name ($DVC_EXP_NAME,
+          "workspace" outside an experiment), tracking URI, experiment name,
           the params sections of :data:`PIPELINE_KEY_SECTIONS`)[:16]
 
-So every stage of one ``dvc repro`` / ``dvc exp run`` (same commit, same params) lands under
-the same parent; a new commit (``-dirty`` after any edit of a tracked file, params.yaml
-included), a changed engine/model/server/emulator/bench section or a new experiment starts a
-new parent. The key reads only the sections every ``bench@<mode>`` stage declares in
-``dvc.yaml`` (no mode's own section, no ``sweep``, no ``physics``), so a stage never depends on
-params it does not declare; the stages that also create or finish the parent (``compare``,
-``physics``) declare those sections too. The parent's name gets its mode count when
-``compare`` finishes it (:func:`finish_parent`): only ``compare`` reads every mode. A ``dvc repro`` after editing one mode re-runs only that mode and ``compare``: the
-new parent then holds those runs, and the comparison run tags the ids of every mode run it
-compared (``mode_run.<mode>``), including those recorded under an earlier parent.
-The comparison marks the parent FINISHED and copies the headline metrics onto it, so the
-MLflow compare view of several parents shows pipeline runs side by side, and of the nested
-runs shows modes side by side (each mode run carries ``decode_tok_s``, ``accept_length``,
-``verify_ms``... at its lowest concurrency).
+The *invocation* (:data:`INVOCATION_ENV`, set by :mod:`lab.pipeline.stage` and inherited by
+the notebook kernel) is the ``dvc`` process that runs the stages: its pid and start time
+(:func:`process_id`); a stage run by hand is its own invocation. So every stage of one
+``dvc repro`` / ``dvc exp run`` lands under one parent, and a later ``dvc repro`` never
+touches an earlier one's parent: a FINISHED parent stays as it was (a port-busy or crashed
+re-run makes its own, FAILED, parent). A ``dvc repro`` after editing one mode re-runs only
+that mode and ``compare``: the new parent holds those runs, and the comparison run tags the
+ids of every mode run it compared (``mode_run.<mode>``), including those under an earlier
+parent. The key reads only the sections every ``bench@<mode>`` stage declares in
+``dvc.yaml`` (no mode's own section, no ``sweep``, no ``physics``), so a stage never depends
+on params it does not declare; the stages that also create or finish the parent (``compare``,
+``physics``) declare those sections too. The parent is named with its mode count when ``compare``
+finishes it (:meth:`lab.tracking.tracker.Tracker.finish_parent`): only ``compare`` reads
+every mode. The comparison marks the parent FINISHED and copies the headline metrics onto
+it, so the MLflow compare view of several parents shows pipeline runs side by side, and of
+the nested runs shows modes side by side (each mode run carries ``decode_tok_s``,
+``accept_length``, ``verify_ms``... at its lowest concurrency).
 
 A fleet sweep (:mod:`lab.fleet`) runs each stage as a Slurm job in its own checkout, so no
 file is shared between stages: ``lab fleet submit`` creates the sweep's parent and each job
-names it in ``$LAB_MLFLOW_PARENT_RUN_ID`` (:data:`PARENT_RUN_ENV`), which then takes the place
-of the key and the file. Jobs of one sweep run at the same time, so a failed stage ends only
-its own job's runs (tag ``slurm_job_id``) and leaves the parent to the sweep (the fleet marks
-it FAILED, ``compare`` FINISHED).
+names it in ``$LAB_MLFLOW_PARENT_RUN_ID`` (:data:`PARENT_RUN_ENV`, :func:`fleet_parent`), which
+then takes the place of the invocation's key and the file (:class:`lab.tracking.tracker.Tracker`).
+Jobs of one sweep run at the same time, so a failed stage ends only its own job's runs (tag
+``slurm_job_id``) and leaves the parent to the sweep (the fleet marks it FAILED, ``compare``
+FINISHED).
 """
 
 from __future__ import annotations
@@ -42,17 +46,21 @@ from pathlib import Path
 
 from lab.atomic import write_json_atomic
 from lab.config import LabParams, repo_root
-from lab.tracking.runs import TrackingError, git_commit, open_run, run_tags
+from lab.tracking.runs import git_commit
 
-__all__ = ["pipeline_key", "pipeline_parent", "mode_run_name", "PARENT_FILE", "PIPELINE_KEY_SECTIONS"]
+__all__ = ["pipeline_key", "mode_run_name", "PARENT_FILE", "PIPELINE_KEY_SECTIONS", "INVOCATION_ENV",
+           "invocation", "process_id", "invocation_alive", "known_parent", "remember_parent", "PARENT_RUN_ENV",
+           "fleet_parent"]
 
 PARENT_FILE = Path(".cache") / "mlflow_parent.json"
+#: Pipeline invocations the parent file remembers (the oldest are dropped).
+PARENT_FILE_KEEP = 200
 
 #: Set by a fleet job (:mod:`lab.fleet.job`): the sweep's parent run id (module docstring).
 PARENT_RUN_ENV = "LAB_MLFLOW_PARENT_RUN_ID"
 
 
-def _fleet_parent() -> str | None:
+def fleet_parent() -> str | None:
     """The parent run a fleet job was given (:data:`PARENT_RUN_ENV`), or None."""
     return os.environ.get(PARENT_RUN_ENV) or None
 
@@ -61,13 +69,44 @@ def _fleet_parent() -> str | None:
 #: (with ``mlflow``, which enters through the tracking URI and experiment name).
 PIPELINE_KEY_SECTIONS = ("engine", "model", "server", "emulator", "bench")
 
+#: The pipeline invocation a stage belongs to (``<pid>-<start ms>`` of the ``dvc`` process).
+INVOCATION_ENV = "LAB_INVOCATION"
 
-def pipeline_key(params: LabParams, root: Path | None = None) -> str:
+
+def process_id(proc=None) -> str:
+    """``"<pid>-<start time, epoch ms>"`` of ``proc`` (a :class:`psutil.Process`, default this
+    process): unique on a machine, a reused pid has another start time."""
+    import psutil
+
+    p = proc or psutil.Process()
+    return f"{p.pid}-{int(p.create_time() * 1000)}"
+
+
+def invocation() -> str:
+    """This process's pipeline invocation: ``$LAB_INVOCATION``, else this process itself."""
+    return os.environ.get(INVOCATION_ENV) or process_id()
+
+
+def invocation_alive(inv: str) -> bool:
+    """True while the process named by ``inv`` (:func:`process_id`) still runs."""
+    import psutil
+
+    try:
+        pid, start = (int(x) for x in inv.split("-", 1))
+        return abs(int(psutil.Process(pid).create_time() * 1000) - start) <= 1
+    except (ValueError, psutil.Error):
+        return False
+
+
+def pipeline_key(params: LabParams, root: Path | None = None, inv: str | None = None) -> str:
     """The pipeline-run key (module docstring): 16 hex digits. Reads the validated
-    :data:`PIPELINE_KEY_SECTIONS` and ``mlflow``, never the rest of params.yaml."""
+    :data:`PIPELINE_KEY_SECTIONS` and ``mlflow``, never the rest of params.yaml.
+
+    :param inv: the invocation (default :func:`invocation`).
+    """
     root = root or repo_root()
     h = hashlib.sha256()
-    for part in (git_commit(root), os.environ.get("DVC_EXP_NAME", "workspace"),
+    for part in (inv or invocation(), git_commit(root), os.environ.get("DVC_EXP_NAME", "workspace"),
                  params.mlflow.resolved_tracking_uri(root), params.mlflow.experiment):
         h.update(part.encode() + b"\0")
     sections = params.model_dump(mode="json", include=set(PIPELINE_KEY_SECTIONS))
@@ -90,111 +129,26 @@ def mode_run_name(params: LabParams, mode: str) -> str:
     return f"{mode} | {params.engine} | {desc}"
 
 
-def _client(params: LabParams):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=params.mlflow.resolved_tracking_uri())
-
-
-def pipeline_parent(params: LabParams, root: Path | None = None) -> str:
-    """The run id of this pipeline run's parent, created (RUNNING) on first use.
-
-    :raises TrackingError: MLflow unreachable (same contract as :func:`lab.tracking.runs.open_run`).
-    """
-    if _fleet_parent():
-        return _fleet_parent()
-    root = root or repo_root()
-    key = pipeline_key(params, root)
-    path = root / PARENT_FILE
-    known: dict[str, str] = {}
-    if path.is_file():
-        try:
-            known = json.loads(path.read_text())
-        except ValueError:
-            known = {}
-    run_id = known.get(key)
-    if run_id:
-        try:
-            if _client(params).get_run(run_id).info.lifecycle_stage == "active":
-                return run_id
-        except Exception:  # deleted run or another database: make a new parent
-            pass
-    exp = os.environ.get("DVC_EXP_NAME")
-    label = f"exp {exp}" if exp else f"git {git_commit(root)[:8]}"
-    tags = {**run_tags(params, mode=None), "pipeline_key": key, "lab_role": "pipeline"}
-    handle = open_run(params, run_name=f"pipeline | {params.engine} | {label}", tags=tags)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    known[key] = handle.run_id
-    write_json_atomic(path, known, indent=1)
-    return handle.run_id
-
-
-def finish_parent(params: LabParams, run_id: str, metrics: dict[str, float], tags: dict[str, str]) -> None:
-    """Copy the headline metrics and tags onto the parent, add the mode count to its name
-    (``pipeline | emulator | 3 modes | git 1a2b3c4d``) and mark it FINISHED.
-
-    :raises TrackingError: MLflow rejected a call.
-    """
-    from lab.tracking.runs import RunHandle
-
-    handle = RunHandle(_client(params), run_id, params.mlflow.resolved_tracking_uri())
-    handle.log_metrics(metrics)
-    handle.set_tags(tags)
-    # Named with its mode count here, not at creation: only compare declares every mode.
-    run = _client(params).get_run(run_id)
-    name = run.data.tags.get("mlflow.runName") or run.info.run_name or ""
-    head, sep, label = name.rpartition(" | ")
-    if sep and head == f"pipeline | {params.engine}":
-        handle.set_tags({"mlflow.runName": f"{head} | {len(params.modes)} modes | {label}"})
-    handle.finish("FINISHED")
-
-
-def known_parent(params: LabParams, root: Path | None = None) -> str | None:
-    """This pipeline run's parent id if a stage already created it (never creates one)."""
-    if _fleet_parent():
-        return _fleet_parent()
-    root = root or repo_root()
+def _parents(root: Path) -> dict[str, str]:
     path = root / PARENT_FILE
     try:
-        return json.loads(path.read_text()).get(pipeline_key(params, root)) if path.is_file() else None
+        known = json.loads(path.read_text()) if path.is_file() else {}
     except ValueError:
-        return None
+        return {}
+    return known if isinstance(known, dict) else {}
 
 
-def close_pipeline_runs(params: LabParams, ok: bool, root: Path | None = None) -> list[str]:
-    """At the end of every stage: end this pipeline's parent run (``FINISHED`` when the stage
-    succeeded, else ``FAILED``; end time now) and, after a failure, any of its child runs
-    still RUNNING (a kernel killed before its ``finally``). Returns the ids changed.
-
-    The parent is therefore never left RUNNING between stages (``dvc repro bench@baseline``
-    alone, or a failed stage); the next stage of the same pipeline run reuses it and ends it
-    again. Does nothing when no stage created the parent. DVC runs one pipeline's stages one
-    at a time, so no RUNNING child belongs to a live stage.
-
-    :raises TrackingError: MLflow rejected a call.
-    """
-    import time
-
-    parent = known_parent(params, root)
-    if not parent:
-        return []
-    fleet = _fleet_parent()
-    if fleet and ok:
-        return []  # the sweep's parent outlives this job (module docstring)
-    try:
-        client = _client(params)
-        run = client.get_run(parent)
-        own = f" and tags.slurm_job_id = '{os.environ.get('SLURM_JOB_ID', '')}'" if fleet else ""
-        changed = [] if ok else [r.info.run_id for r in client.search_runs(
-            [run.info.experiment_id], f"tags.mlflow.parentRunId = '{parent}' and attributes.status = 'RUNNING'{own}")]
-        for run_id in changed:
-            client.set_terminated(run_id, "FAILED")
-        if fleet:
-            return changed
-        client.set_terminated(parent, "FINISHED" if ok else "FAILED", end_time=int(time.time() * 1000))
-        return changed + ([parent] if run.info.status == "RUNNING" else [])
-    except Exception as exc:  # MlflowException, sqlalchemy, requests...
-        raise TrackingError(f"MLflow at {params.mlflow.resolved_tracking_uri()}: {exc}") from exc
+def known_parent(root: Path, key: str) -> str | None:
+    """The parent run id recorded for pipeline key ``key`` in ``root``'s parent file, or None."""
+    return _parents(root).get(key)
 
 
-__all__ += ["finish_parent", "TrackingError", "known_parent", "close_pipeline_runs", "PARENT_RUN_ENV"]
+def remember_parent(root: Path, key: str, run_id: str) -> None:
+    """Record ``key -> run_id`` in the parent file (atomically; the newest
+    :data:`PARENT_FILE_KEEP` invocations are kept)."""
+    known = {k: v for k, v in _parents(root).items() if k != key}
+    known[key] = run_id
+    path = root / PARENT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    known = dict(list(known.items())[-PARENT_FILE_KEEP:])
+    write_json_atomic(path, known, indent=1)

@@ -1,5 +1,6 @@
-"""How a lab run reads in the MLflow UI: intervals beside means, warnings on the run,
-durations that are the stage's, and the URL that opens an experiment on its runs table.
+"""How a lab run reads in the MLflow UI: intervals beside means, warnings on the run (a list
+longer than MLflow's tag limit goes in whole as an artifact, :class:`lab.tracking.runs.RunHandle`),
+and the URL that opens an experiment on its runs table.
 
 - :func:`interval_metrics`: each headline mean's 95 % interval as two more metrics,
   ``<name>_ci95_lo`` / ``<name>_ci95_hi`` (same names as ``reports/summary.csv``), so the
@@ -8,9 +9,6 @@ durations that are the stage's, and the URL that opens an experiment on its runs
   outputs) and the cross-check flags as tags (``warnings``, ``crosscheck_flags``,
   ``warnings_count``) and as the run's description (``mlflow.note.content``, shown at
   the top of the run page).
-- :func:`end_run_now`: re-terminate a run with its status at the current time; ``lab.pipeline.stage``
-  calls it when the notebook is done, so a run's duration spans its whole stage (its start
-  comes from :func:`lab.tracking.runs.stage_started_ms`).
 - :func:`runs_table_url`: MLflow 3.17's UI picks the experiment page from a *workflow
   type* ("GenAI" by default, kept in the browser's local storage), not from the
   experiment: the GenAI default opens on a traces overview. The URL parameter
@@ -24,12 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lab.config import LabParams
-
-__all__ = ["interval_metrics", "warning_tags", "end_run_now", "runs_table_url", "TAG_LIMIT"]
-
-#: MLflow's tag value limit is 8000 characters (3.x); longer text is cut with a pointer.
-TAG_LIMIT = 7500
+__all__ = ["interval_metrics", "warning_tags", "runs_table_url"]
 
 
 def interval_metrics(levels: dict[str, dict[str, Any]]) -> dict[str, float]:
@@ -54,46 +47,21 @@ def interval_metrics(levels: dict[str, dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= TAG_LIMIT else text[:TAG_LIMIT] + " ... (cut; full list in result.json)"
-
-
 def warning_tags(result: dict[str, Any]) -> dict[str, str]:
     """Tags carrying a mode run's warnings and cross-check flags (module docstring)."""
     warnings = list(result.get("warnings") or [])
     flags = [f"{key}: {f}" for key, agg in (result.get("levels") or {}).items()
              for f in agg.get("crosscheck_flags") or []]
     tags = {"warnings_count": str(len(warnings) + len(flags)),
-            "warnings": _cut("; ".join(warnings)) if warnings else "none",
-            "crosscheck_flags": _cut("; ".join(flags)) if flags else "none"}
+            "warnings": "; ".join(warnings) if warnings else "none",
+            "crosscheck_flags": "; ".join(flags) if flags else "none"}
     lines = ([f"**{len(warnings)} measurement warning(s)**"] + [f"- {w}" for w in warnings] if warnings
              else ["No measurement warning."])
     lines += ([f"\n**{len(flags)} cross-check flag(s)**"] + [f"- {f}" for f in flags] if flags
               else ["No cross-check flag."])
     lines.append("\nEach headline metric `<name>` has its 95 % interval in `<name>_ci95_lo` / `<name>_ci95_hi`.")
-    tags["mlflow.note.content"] = _cut("\n".join(lines))
+    tags["mlflow.note.content"] = "\n".join(lines)
     return tags
-
-
-def end_run_now(params: LabParams, run_id: str) -> None:
-    """Set a finished run's end time to now, keeping its status (a RUNNING run is left alone).
-
-    :raises lab.tracking.runs.TrackingError: MLflow rejected a call.
-    """
-    import time
-
-    from mlflow.tracking import MlflowClient
-
-    from lab.tracking.runs import TrackingError
-
-    uri = params.mlflow.resolved_tracking_uri()
-    try:
-        client = MlflowClient(tracking_uri=uri)
-        status = client.get_run(run_id).info.status
-        if status in ("FINISHED", "FAILED", "KILLED"):
-            client.set_terminated(run_id, status, end_time=int(time.time() * 1000))
-    except Exception as exc:
-        raise TrackingError(f"MLflow at {uri}: {exc}") from exc
 
 
 def runs_table_url(base_url: str, experiment_id: str) -> str:

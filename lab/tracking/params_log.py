@@ -16,26 +16,11 @@ appears in MLflow with its value.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from lab.engine.registry import engine_for
-from lab.redact import REDACTED
+from lab.redact import redact_url
 
 __all__ = ["mode_run_params", "compare_run_params", "redact_url"]
-
-
-def redact_url(url: str) -> str:
-    """``url`` with the password of its user-info part replaced by ``***`` (other URLs as is)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:{REDACTED}@{host}"))
 
 
 def mode_run_params(params, mode_name: str) -> dict[str, str]:

@@ -1,28 +1,30 @@
-"""MLflow logging of the physics stage: one run per GPU measurement, nested under the pipeline's
-parent run. Kept apart from :mod:`lab.tracking.runs` because it needs the parent run from
-:mod:`lab.tracking.grouping`, which itself builds on ``runs`` (one direction, no import cycle)."""
+"""MLflow logging of the physics stage: one run per GPU measurement, nested under the invocation's
+parent run (:class:`lab.tracking.tracker.Tracker`), its run record in ``results/physics/mlflow_run.json``."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from lab.atomic import write_text_atomic
 from lab.config import LabParams
-from lab.tracking.grouping import pipeline_parent
-from lab.tracking.runs import TrackingError, flatten_params, open_run, run_tags
+from lab.tracking.runs import RECORD_FILE, TrackingError, flatten_params, results_safe, run_tags
+from lab.tracking.tracker import Tracker
 
 __all__ = ["log_physics", "record_physics"]
 
 
-def log_physics(params: LabParams, metrics: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> str | None:
-    """Log the GPU stage's result as one MLflow run, nested under the pipeline's parent run
-    (:func:`lab.tracking.grouping.pipeline_parent`); returns its id (None if MLflow failed).
+def log_physics(tracker: Tracker, params: LabParams, metrics: Mapping[str, Any],
+                out_dir: str | os.PathLike[str]) -> str | None:
+    """Log the GPU stage's result as one MLflow run, nested under the invocation's parent run;
+    returns its id (None if MLflow failed before it was opened).
 
     Per-T medians go in as step metrics (step = T tokens per forward): ``eager_ms_p50``,
     ``graph_ms_p50``, ``floor_ms``; the verify/decode ratios and the copy bandwidth as plain
-    metrics. A "not run" status is logged as such, with no numbers.
+    metrics. A "not run" status is logged as such, with no numbers. The run record goes to
+    ``out_dir/mlflow_run.json`` (the stage attaches its executed notebook through it).
+
+    :raises TrackingError: an MLflow call failed; the message says the results are safe in
+        ``out_dir`` and names ``lab log`` (when the run was opened).
     """
     out = Path(out_dir)
     status = str(metrics.get("status", "unknown"))
@@ -31,9 +33,10 @@ def log_physics(params: LabParams, metrics: Mapping[str, Any], out_dir: str | os
             "status": status, "gpu": str(device.get("name", "none"))}
     tags.pop("emulator_profile", None)
     tags.pop("sglang_version", None)
+    run = None
     try:
-        run = open_run(params, run_name=f"physics | tp={metrics.get('tp', params.physics.tp)} | "
-                       f"{device.get('name', status)}", tags=tags, parent_run_id=pipeline_parent(params))
+        run = tracker.open_run(f"physics | tp={metrics.get('tp', params.physics.tp)} | "
+                               f"{device.get('name', status)}", tags, base=out)
         run.log_params(flatten_params({"physics": params.physics.model_dump()}))
         for row in metrics.get("rows") or []:
             run.log_metrics({k: row.get(k) for k in ("eager_ms_p50", "eager_ms_p90", "graph_ms_p50",
@@ -49,18 +52,15 @@ def log_physics(params: LabParams, metrics: Mapping[str, Any], out_dir: str | os
             run.log_artifact(path, "profile")
         run.log_metrics({f"profile.{n}.{k}": v for n, c in (prof.get("cases") or {}).items() for k, v in c.items()
                          if k.endswith("_p50") and isinstance(v, (int, float))})
-        run.finish("FINISHED" if status == "ok" or status.startswith("not run") else "FAILED")
+        run.finish("FINISHED" if status == "ok" or status.startswith("not run") else "FAILED", save_to=out / RECORD_FILE)
         return run.run_id
     except TrackingError as exc:
-        print(f"[lab] MLflow logging of the physics stage failed ({exc}); results are in {out}")
-        return None
+        raise (results_safe(exc, out, "the results") if run else exc) from exc
 
 
 def record_physics(params: LabParams, metrics: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> str | None:
-    """:func:`log_physics`, then ``<out_dir>/mlflow_run.json`` (``{"mlflow_run_id": id}``,
-    written atomically) so the stage can attach its executed notebook to the run. Returns
-    the run id, or None (and no file) when MLflow failed."""
-    run_id = log_physics(params, metrics, out_dir)
-    if run_id:
-        write_text_atomic(Path(out_dir) / "mlflow_run.json", json.dumps({"mlflow_run_id": run_id}))
-    return run_id
+    """:func:`log_physics` with this stage's tracker (:meth:`lab.tracking.tracker.Tracker.from_params`).
+
+    :raises TrackingError: as :func:`log_physics`.
+    """
+    return log_physics(Tracker.from_params(params), params, metrics, out_dir)

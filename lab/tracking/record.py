@@ -3,10 +3,11 @@
 :func:`record` is the only place a mode's results are written, to files and to MLflow; the
 success and the failure path of :func:`lab.pipeline.bench.run_mode` both end in it.
 :func:`log_engine` tags the run with the engine's version and logs its effective
-configuration as soon as the engine is up (so a run that fails later carries them).
-``lab log`` (:func:`lab.cli.relog`) re-logs a ``result.json`` with
-:func:`log_mode_run`. Files are written first and atomically (:mod:`lab.atomic`); an MLflow
-failure while logging keeps them and says how to re-log.
+configuration as soon as the engine is up (so a run that fails later carries them). Files
+are written first and atomically (:mod:`lab.atomic`), then the run is logged, then its run
+record (:data:`lab.tracking.runs.RECORD_FILE`) is saved beside them: an MLflow failure
+keeps everything on disk, raises :class:`~lab.tracking.runs.TrackingError` naming the
+``lab log`` command, and ``lab log`` (:mod:`lab.tracking.relog`) replays the record.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from lab.atomic import write_json_atomic
 from lab.measure.point import level_key
 from lab.measure.result import ModeResult
 from lab.tracking.mlflow_view import interval_metrics, warning_tags
-from lab.tracking.runs import RunHandle, TrackingError, flatten_params
+from lab.tracking.runs import RECORD_FILE, RunHandle, TrackingError, flatten_params, results_safe
 
-__all__ = ["BY_CONCURRENCY", "record", "write_results", "log_mode_run", "log_engine"]
+__all__ = ["BY_CONCURRENCY", "record", "write_results", "log_mode_run", "log_engine", "ARTIFACTS"]
 
 #: MLflow prefix of the per-level step metrics (``by_concurrency.decode_tok_s`` at step =
 #: concurrency). The unprefixed names are the headline: the lowest concurrency's mean.
@@ -34,22 +35,29 @@ ARTIFACTS = ("metrics.json", "result.json", "runs.json", "requests.jsonl", "serv
 
 def record(result: ModeResult, out: Path, run: RunHandle, status: str, log=print) -> None:
     """Write ``runs.json``, ``result.json`` and ``metrics.json`` under ``out``, then log the
-    run to MLflow and end it with ``status`` (``"FINISHED"`` or ``"FAILED"``).
+    run to MLflow, end it with ``status`` (``"FINISHED"`` or ``"FAILED"``) and save its run
+    record (``out/mlflow_run.json``).
 
-    Never raises :class:`~lab.tracking.runs.TrackingError`: an MLflow failure is reported
-    through ``log`` with the ``lab log`` command that re-logs the files.
+    :raises TrackingError: an MLflow call failed (now or earlier in the run): the files and
+        the record are written; the message says so and names ``lab log <out>``.
     """
     data = result.to_dict()
     write_results(out, data, result.runs)
-    _log_telemetry(run, result.telemetry, log)
-    log_mode_run(run, out, data, status, log)
+    for step, values in result.telemetry:  # GPU samples as step metrics gpu<i>.<field>
+        run.log_metrics(values, step=step)
+    try:
+        log_mode_run(run, out, data, status)
+    except TrackingError as exc:
+        err = results_safe(exc, out)
+        log(f"[lab] {err}")
+        raise err from exc
 
 
 def log_engine(run: RunHandle, result: ModeResult) -> None:
     """Once the engine is up: its version tags (``run_tags`` had no server yet) and its
     effective configuration as ``effective.*`` params.
 
-    :raises lab.tracking.runs.TrackingError: MLflow unreachable.
+    A tracking failure is kept by ``run`` (raised when it is finished).
     """
     run.set_tags(result.version_tags)
     run.log_params(flatten_params({"effective": result.effective_config or {}}))
@@ -79,53 +87,41 @@ def write_results(out: Path, result: dict[str, Any], runs: list[dict[str, Any]])
     write_json_atomic(out / "metrics.json", lean)
 
 
-def _log_telemetry(run: RunHandle, steps: list[tuple[int, dict[str, float]]], log) -> None:
-    """GPU samples as MLflow step metrics ``gpu<i>.<field>``; a tracking failure is reported,
-    the rest of the logging goes on."""
-    try:
-        for step, values in steps:
-            run.log_metrics(values, step=step)
-    except TrackingError as exc:
-        log(f"[lab] MLflow telemetry logging failed ({exc}); the summary stays in result.json")
-
-
-def log_mode_run(run: RunHandle, out: Path, result: dict[str, Any], status: str, log=print) -> None:
-    """Log a mode's ``result.json`` content and its files to ``run`` and end it with ``status``.
+def log_mode_run(run: RunHandle, out: Path, result: dict[str, Any], status: str) -> None:
+    """Log a mode's ``result.json`` content and its files to ``run``, end it with ``status``
+    and save the run record to ``out/mlflow_run.json``.
 
     Tags (status, engine version, environment, sentinel, warnings), metrics (headline,
     95 % interval bounds, startup phases, ``by_concurrency.*`` per level at step =
     concurrency, trace), artifacts (:data:`ARTIFACTS`, ``trace/``, ``environment/``).
-    A tracking failure keeps the results and says how to re-log (never raises it).
-    """
-    try:
-        run.set_tags({"status": result["status"], "engine_version": result.get("engine_version", "unknown"),
-                      **result.get("environment_tags", {})})
-        sentinel.log_to_run(run, result)
-        run.log_metrics(result.get("headline", {}))
-        run.log_metrics(interval_metrics(result.get("levels") or {}))  # means' 95 % intervals
-        run.set_tags(warning_tags(result))  # one-wave, hygiene and cross-check warnings
-        startup = result.get("startup") or {}
-        run.log_metrics({"startup_s": startup.get("startup_s"),
-                         **{f"startup.{k}": v for k, v in (startup.get("phases") or {}).items()}})
-        # Per-level means as step metrics (step = concurrency) for MLflow's metric-vs-step
-        # chart, under their own prefix: with the headline's names MLflow's runs table would
-        # show the highest concurrency's value (its "latest" = largest step) as the headline.
-        for key, agg in result.get("levels", {}).items():
-            if key == level_key(agg["concurrency"]):  # primary points only: one step per level
-                run.log_metrics({f"{BY_CONCURRENCY}.{m}": v["mean"] for m, v in agg.items()
-                                 if isinstance(v, dict) and "mean" in v}, step=agg["concurrency"])
-        # The executed notebook is logged by the stage runner (lab.pipeline.stage) once papermill has written it.
-        for name in ARTIFACTS:
-            run.log_artifact(out / name)
-        if (result.get("trace") or {}).get("file"):  # Chrome trace: opens in ui.perfetto.dev
-            from lab.measure.trace_capture import trace_metrics
 
-            run.log_artifact(Path(result["trace"]["file"]), "trace")
-            run.log_metrics(trace_metrics(result["trace"]))
-        env_dir = out / "environment"
-        for path in sorted(env_dir.glob("*")) if env_dir.is_dir() else []:
-            run.log_artifact(path, "environment")
-        run.finish(status)
-    except TrackingError as exc:
-        log(f"[lab] MLflow logging failed ({exc}); results are safe in {out}. "
-            f"Fix the tracking server, then run: lab log {out}")
+    :raises TrackingError: the first MLflow call of ``run`` that failed (everything is recorded).
+    """
+    run.set_tags({"status": result["status"], "engine_version": result.get("engine_version", "unknown"),
+                  **result.get("environment_tags", {})})
+    sentinel.log_to_run(run, result)
+    run.log_metrics(result.get("headline", {}))
+    run.log_metrics(interval_metrics(result.get("levels") or {}))  # means' 95 % intervals
+    run.set_tags(warning_tags(result))  # one-wave, hygiene and cross-check warnings
+    startup = result.get("startup") or {}
+    run.log_metrics({"startup_s": startup.get("startup_s"),
+                     **{f"startup.{k}": v for k, v in (startup.get("phases") or {}).items()}})
+    # Per-level means as step metrics (step = concurrency) for MLflow's metric-vs-step
+    # chart, under their own prefix: with the headline's names MLflow's runs table would
+    # show the highest concurrency's value (its "latest" = largest step) as the headline.
+    for key, agg in result.get("levels", {}).items():
+        if key == level_key(agg["concurrency"]):  # primary points only: one step per level
+            run.log_metrics({f"{BY_CONCURRENCY}.{m}": v["mean"] for m, v in agg.items()
+                             if isinstance(v, dict) and "mean" in v}, step=agg["concurrency"])
+    # The executed notebook is logged by the stage runner (lab.pipeline.stage) once papermill has written it.
+    for name in ARTIFACTS:
+        run.log_artifact(out / name)
+    if (result.get("trace") or {}).get("file"):  # Chrome trace: opens in ui.perfetto.dev
+        from lab.measure.trace_capture import trace_metrics
+
+        run.log_artifact(out / "trace" / Path(result["trace"]["file"]).name, "trace")
+        run.log_metrics(trace_metrics(result["trace"]))
+    env_dir = out / "environment"
+    for path in sorted(env_dir.glob("*")) if env_dir.is_dir() else []:
+        run.log_artifact(path, "environment")
+    run.finish(status, save_to=out / RECORD_FILE)

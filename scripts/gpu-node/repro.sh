@@ -22,6 +22,10 @@ else
   cd "$work"
 fi
 echo "setup $(( $(date +%s) - t0 )) s; git $(git rev-parse --short HEAD)"
+# the stages below are one pipeline invocation (this script), so one MLflow parent run
+# (lab/tracking/grouping.py), not one per `dvc repro`
+LAB_INVOCATION=${LAB_INVOCATION:-$(python -c "import os, psutil; from lab.tracking.grouping import process_id; print(process_id(psutil.Process(os.getppid())))")}
+export LAB_INVOCATION
 for stage in "$@"; do
   left=$(( deadline - ($(date +%s) - t0) ))
   if [ "$left" -lt "${STAGE_BUDGET_S:-150}" ]; then echo "== $stage: SKIPPED ($left s left)"; continue; fi

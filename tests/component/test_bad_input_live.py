@@ -89,23 +89,31 @@ def test_results_dir_not_writable(tmp_path):
     blocker = tmp_path / "results"
     blocker.write_text("a file where the results directory should be")
     out = blocker / "baseline"
-    with pytest.raises(BenchError, match="is not writable.*Fix"):
+    with pytest.raises(BenchError, match=f"{blocker} is a file, not a directory.*Fix: move it away"):
         run_mode(params, "baseline", out)
     assert engines_on(params.server.port) == []
 
 
 def test_mlflow_down_after_benchmark_keeps_results_then_lab_log(tmp_path, monkeypatch, capsys):
-    """Nothing lost: MLflow breaks after the engine is up; the results stay on disk, the
-    message says `lab log results/<mode>`, and `lab log` then records them."""
-    import lab.pipeline.bench
+    """Nothing lost, nothing reported as success: MLflow breaks once the engine is up; the
+    measurement goes on to the end, its files are on disk (status ok), the run record beside
+    them, and run_mode raises TrackingError naming `lab log <dir>`. `lab log` then completes
+    the *same* run in place: every param, metric (value, step, timestamp), tag and artifact
+    the record lists, its parent, FINISHED; a second `lab log` changes nothing."""
     from lab.cli import main as lab_main
+    from lab.tracking.runs import RECORD_FILE, load_record
+    from lab.tracking.tracker import Tracker
 
     params = small_params(tmp_path, num_prompts=2, concurrency=[1])
-    real_open_run = lab.pipeline.bench.open_run
     dead_uri = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # refused at once, not after MLflow's backoff
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # the pipeline invocation (a dvc process) has ended by the time `lab log` runs
+    monkeypatch.setenv("LAB_INVOCATION", f"{gone.pid}-1")
+    real_open_run = Tracker.open_run
 
-    def open_run_then_break(*a, **kw):
-        handle = real_open_run(*a, **kw)
+    def open_run_then_break(self, *a, **kw):
+        handle = real_open_run(self, *a, **kw)
         real_log_params, calls = handle.log_params, []
 
         def log_params(p):
@@ -116,23 +124,47 @@ def test_mlflow_down_after_benchmark_keeps_results_then_lab_log(tmp_path, monkey
         handle.log_params = log_params
         return handle
 
-    monkeypatch.setattr(lab.pipeline.bench, "open_run", open_run_then_break)
+    monkeypatch.setattr(Tracker, "open_run", open_run_then_break)
     out = tmp_path / "baseline"
-    result = run_mode(params, "baseline", out, log=print)
-    assert result["status"] == "ok"
+    with pytest.raises(TrackingError, match=rf"measured results are safe in {out}.*lab log {out}"):
+        run_mode(params, "baseline", out, log=print)
     said = capsys.readouterr().out
     assert "MLflow logging failed" in said and f"lab log {out}" in said
-    for name in ("metrics.json", "result.json", "runs.json", "requests.jsonl", "server.log"):
+    for name in ("metrics.json", "result.json", "runs.json", "requests.jsonl", "server.log", RECORD_FILE):
         assert (out / name).stat().st_size > 0
-    assert json.loads((out / "metrics.json").read_text())["decode_tok_s"] > 0
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "ok" and json.loads((out / "metrics.json").read_text())["decode_tok_s"] > 0
+    rec = load_record(out / RECORD_FILE)
+    client = MlflowClient(tracking_uri=params.mlflow.tracking_uri)
+    half = client.get_run(result["mlflow_run_id"])
+    assert half.info.status == "RUNNING" and not half.data.metrics  # what the failure left: no metric, no end
+    monkeypatch.undo()
+
     pfile = tmp_path / "params.yaml"
     pfile.write_text(yaml.safe_dump(params.model_dump(mode="json")))
     assert lab_main(["log", str(out), "--params", str(pfile)]) == 0
-    client = MlflowClient(tracking_uri=params.mlflow.tracking_uri)
-    runs = client.search_runs([client.get_experiment_by_name(params.mlflow.experiment).experiment_id],
-                              filter_string="tags.relogged_from != ''")
-    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
-    assert runs[0].data.metrics["decode_tok_s"] == pytest.approx(result["headline"]["decode_tok_s"])
+    run = client.get_run(result["mlflow_run_id"])  # the same run: result.json's id stays valid
+    assert run.info.status == "FINISHED" and run.info.end_time == rec["end_time"]
+    assert run.data.params == rec["params"] and len(rec["params"]) > 90  # every param, not 22 of 97
+    assert rec["params"]["bench.num_prompts"] == "2" and "effective.tp_size" in rec["params"]
+    assert {k: v for k, v in run.data.tags.items() if k in rec["tags"]} == rec["tags"]
+    assert run.data.tags["mlflow.parentRunId"] == rec["parent_run_id"] and rec["parent_run_id"]
+    assert run.data.tags["lab_logged"] == "complete" and run.data.tags["lab_relogged_from"] == str(out)
+    logged = {(m.key, m.value, m.timestamp, m.step) for k in {r[0] for r in rec["metrics"]}
+              for m in client.get_metric_history(run.info.run_id, k)}
+    assert logged == {tuple(r) for r in rec["metrics"]}  # every metric row once, with its step and time
+    assert run.data.metrics["decode_tok_s"] == pytest.approx(result["headline"]["decode_tok_s"])
+    arts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"result.json", "metrics.json", "requests.jsonl", "server.log"} <= arts
+    parent = client.get_run(rec["parent_run_id"])
+    assert parent.info.status != "RUNNING"  # the failed invocation's parent is not left RUNNING either
+    exp = client.get_experiment_by_name(params.mlflow.experiment)
+    assert [r.info.run_id for r in client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")] == []
+    before = client.get_run(run.info.run_id)
+    assert lab_main(["log", str(out), "--params", str(pfile)]) == 0
+    assert "already logged" in capsys.readouterr().out
+    after = client.get_run(run.info.run_id)
+    assert (after.info.end_time, after.data.tags) == (before.info.end_time, before.data.tags)
 
 
 def test_secrets_redacted_end_to_end(tmp_path):

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-
 ROOT = Path(__file__).resolve().parents[2]
+
+
 def test_log_physics_logs_profile_artifacts(tmp_path):
     from mlflow.tracking import MlflowClient
 
     from lab.config import load_params
     from lab.tracking.physics_log import log_physics
+    from lab.tracking.tracker import Tracker
 
     params = load_params(ROOT / "params.yaml").model_copy(deep=True)
     params.mlflow.tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -26,7 +27,7 @@ def test_log_physics_logs_profile_artifacts(tmp_path):
                "profile": {"status": "ok", "dir": str(out / "profile"),
                            "cases": {"verify_eager_T3": {"T": 3, "graph": False, "trace": "verify_eager_T3.trace.json.gz",
                                                          "wall_ms_p50": 30.4, "host_gap_share_p50": 0.786}}}}
-    run_id = log_physics(params, metrics, out)
+    run_id = log_physics(Tracker.from_params(params, tmp_path), params, metrics, out)
     client = MlflowClient(tracking_uri=params.mlflow.tracking_uri)
     assert sorted(a.path for a in client.list_artifacts(run_id, "profile")) == \
         ["profile/profile.json", "profile/verify_eager_T3.trace.json.gz"]

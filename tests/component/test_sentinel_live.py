@@ -10,6 +10,7 @@ import pytest
 from lab.config import repo_root
 from lab.engine.ports import free_port
 from lab.emulator.profile import load_profile
+from lab.tracking.tracker import Tracker
 
 ROOT = repo_root()
 
@@ -68,8 +69,8 @@ def test_sentinel_end_to_end_on_real_launches(tmp_path):
 
     def judged(value):
         fake = {**runs[2], "levels": {"c1": {**runs[2]["levels"]["c1"], "decode_tok_s": {"mean": value}}}}
-        return sentinel.check(fake, bench=params.bench, mlflow=params.mlflow, setup=launch_setup(params, fake["mode"]),
-                              run_id=None, root=ROOT, log=quiet.append)
+        return sentinel.check(fake, bench=params.bench, setup=launch_setup(params, fake["mode"]), run_id=None,
+                              root=ROOT, tracker=Tracker.from_params(params), log=quiet.append)
 
     slow = judged(min(mean - 2 * band, mean * (1 - 2 * params.bench.sentinel_min_effect)))
     assert len(slow["history_run_ids"]) == 3

@@ -29,7 +29,10 @@ PREVIOUS = ("metrics.json", "result.json", "runs.json", "requests.jsonl", "serve
 
 
 @pytest.fixture()
-def repo(tmp_path: Path) -> Path:
+def repo(tmp_path: Path, monkeypatch) -> Path:
+    # one pipeline invocation for the stage and the earlier stage that opened the parent
+    # (under `dvc repro` it is the dvc process: lab.tracking.grouping)
+    monkeypatch.setenv("LAB_INVOCATION", "stage-failfast-test")
     repo = scratch_repo(tmp_path / "lab", lambda p: p["mlflow"].update(tracking_uri="sqlite:///mlflow.db"))
     subprocess.run(["git", "add", "-A"], cwd=repo, check=True, capture_output=True)
     subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"], cwd=repo, check=True)
@@ -73,7 +76,8 @@ def _stage(repo: Path, *args: str, no_gpu: bool = False) -> tuple[subprocess.Com
 
 def _open_parent(repo: Path) -> str:
     """The pipeline's parent run as an earlier stage of the same `dvc repro` left it (RUNNING)."""
-    code = "from lab.config import load_params; from lab.tracking.grouping import pipeline_parent; print(pipeline_parent(load_params()))"
+    code = ("from lab.config import load_params; from lab.tracking.tracker import Tracker; "
+            "print(Tracker.from_params(load_params()).parent_run_id())")
     out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True,
                          env=dvc_env(), timeout=120)
     return out.stdout.strip().splitlines()[-1]

@@ -27,7 +27,8 @@ from pathlib import Path
 
 __all__ = ["SlurmCluster", "missing_binaries", "INSTALL_HINT"]
 
-INSTALL_HINT = "apt-get install -y slurm-wlm munge (see .ci/run)"
+INSTALL_HINT = ("sh scripts/need-system-packages.sh (the first step of README's test command: Debian's "
+                "slurm-wlm and munge)")
 #: CPUs of the test node: two one-CPU jobs at a time.
 CPUS = 2
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo")

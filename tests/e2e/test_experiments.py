@@ -83,3 +83,7 @@ def test_queued_experiment_runs_in_a_temp_copy(repo):
     data = exps["queued"]["revs"][0]["data"]
     assert data["params"]["params.yaml"]["data"]["bench"]["max_new_tokens"] == 8
     assert data["metrics"]["reports/summary.json"]["data"]["eagle3_decode.c1.speedup_decode_tok_s"] > 0
+    # the answer names the report as the experiment's, not its temporary copy (gone by now)
+    report = [ln for ln in _dvc(repo, "queue", "logs", "queued").stdout.splitlines() if "Report:" in ln]
+    assert report and "reports/report.html of experiment queued (`dvc exp apply queued`" in report[-1], report
+    assert ".dvc/tmp/exps" not in report[-1]

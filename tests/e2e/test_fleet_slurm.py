@@ -244,7 +244,8 @@ def test_cancelled_job_leaves_nothing_running_and_resubmission_finishes(slurm, m
     assert all(rows[f"bench@{m}"]["state"] == "COMPLETED" for m in MODES[1:]) and rows["physics"]["state"] == "COMPLETED"
     sweep = _sweep(repo)
     kept = sweep / "checkouts" / f"bench@baseline-{victim}"
-    assert (kept / "results" / "baseline" / "server.log").is_file()  # the partial result stays for inspection
+    # the partial result stays for inspection, in the stage's attempt directory (lab/pipeline/staging.py)
+    assert list((kept / "results" / "baseline" / "partial").glob("*/server.log"))
     runs = _runs(mlflow_server, experiment)
     assert [r.info.run_name for r in runs if r.info.status == "RUNNING"] == []
     killed = [r for r in runs if r.data.tags.get("slurm_job_id") == victim]
@@ -258,13 +259,18 @@ def test_cancelled_job_leaves_nothing_running_and_resubmission_finishes(slurm, m
     rc, rows = _wait(repo, slurm)
     assert rc == 0 and all(r["state"] == "COMPLETED" for r in rows.values()), rows
     # an earlier local run's leftover, no stage's output: collect moves it aside (compare
-    # depends on results/ as a whole) and still restores compare from the run cache
+    # depends on results/ as a whole) and still restores compare from the run cache; a local
+    # run's attempt directory is DVC-ignored (no part of that dependency) and stays
     stray = repo / "results" / "baseline" / "ground_truth.jsonl"
     stray.parent.mkdir(parents=True, exist_ok=True)
     stray.write_text("an earlier local run\n")
+    attempt = repo / "results" / "baseline" / "partial" / "20260101T000000Z" / "server.log"
+    attempt.parent.mkdir(parents=True)
+    attempt.write_text("an interrupted local run\n")
     out = _collect_ok(repo, slurm)
     assert "results/baseline/ground_truth.jsonl" in out and not stray.exists()
     assert list((sweep / "displaced").rglob("ground_truth.jsonl"))[0].read_text() == "an earlier local run\n"
+    assert attempt.read_text() == "an interrupted local run\n" and "partial" not in out
     _check_results(repo)
 
     runs = _runs(mlflow_server, experiment)

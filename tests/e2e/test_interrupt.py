@@ -1,5 +1,7 @@
 """Interruption: a signal to `dvc repro`, to the stage process (papermill) or to the
-notebook kernel leaves no engine process alive and its port free (lab/pipeline/interrupt.py).
+notebook kernel leaves no engine process alive and its port free (lab/pipeline/interrupt.py),
+and what was measured stays in the attempt's directory (results/baseline/partial/<time>/,
+lab/pipeline/staging.py), never over a previous result.
 
 Each case starts a real stage in a scratch copy of the repo (like tests/e2e/test_pipeline.py),
 waits until the engine listens, sends the signal, then checks the process table (psutil)
@@ -143,7 +145,7 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
             time.sleep(0.1)
         r["leaked"] = len(engines_on(r["port"]))
         r["port_free"] = port_free(r["port"])
-        r["lost"] = lost_results(r["repo"] / "results" / "baseline")
+        r["lost"] = lost_results(attempt(r["repo"]))
         tally(case, survived=r["leaked"] == 0 and r["port_free"] and not r.get("hung"), leaked=r["leaked"],
               lost=r["lost"])
         for p in engines_on(r["port"]):  # never leave one behind, even when the test fails
@@ -151,10 +153,17 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
     return runs
 
 
+def attempt(repo: Path, mode: str = "baseline") -> Path:
+    """The stage's one attempt directory (``results/<mode>/partial/<UTC time>/``), or where it
+    would be when none was made yet."""
+    found = sorted((repo / "results" / mode / "partial").glob("*"))
+    return found[-1] if found else repo / "results" / mode / "partial" / "none"
+
+
 def _busy(repo: Path, port: int) -> bool:
-    """The engine listens and measured requests are being recorded (requests.jsonl grows
-    one line per finished request)."""
-    req = repo / "results" / "baseline" / "requests.jsonl"
+    """The engine listens and measured requests are being recorded (the attempt's
+    requests.jsonl grows one line per finished request)."""
+    req = attempt(repo) / "requests.jsonl"
     return not port_free(port) and req.exists() and req.stat().st_size > 0
 
 
@@ -165,8 +174,11 @@ def _check(r: dict, case: str) -> str:
     assert r["leaked"] == 0, f"{case}: engine survived: {out[-3000:]}"
     assert r["port_free"]
     assert r["lost"] == 0, f"{case}: finished requests missing from requests.jsonl"
-    recs = (r["repo"] / "results" / "baseline" / "requests.jsonl").read_text().splitlines()
-    assert len(recs) >= 1  # what was measured before the signal is on disk
+    recs = (attempt(r["repo"]) / "requests.jsonl").read_text().splitlines()
+    assert len(recs) >= 1  # what was measured before the signal is on disk, in the attempt's directory
+    assert not (r["repo"] / "results" / "baseline" / "requests.jsonl").exists()  # nothing promoted as complete
+    if r["target"] != "all":  # a stage that lived to say so names where the partial result is
+        assert f"its partial result is in {attempt(r['repo']).relative_to(r['repo'])}" in out, out[-2000:]
     return out
 
 
@@ -181,7 +193,7 @@ def test_signal_to_stage(outcomes, case):
 def test_signal_to_kernel(outcomes, case):
     _check(outcomes[case], case)
     assert outcomes[case]["returncode"] != 0
-    metrics = (outcomes[case]["repo"] / "results" / "baseline" / "metrics.json").read_text()
+    metrics = (attempt(outcomes[case]["repo"]) / "metrics.json").read_text()
     assert '"status": "failed"' in metrics
 
 

@@ -1,16 +1,16 @@
 """A shared tracking server: `mlflow server` on a real PostgreSQL, the pipeline logging to it.
 
-The harness starts a throwaway PostgreSQL cluster (Debian's ``postgresql`` package:
-``initdb`` + ``pg_ctl`` in a temp dir on a free loopback port, as the ``postgres`` user
-when running as root), then ``mlflow server`` on it, runs a small ``dvc repro`` whose
-``mlflow.tracking_uri`` is the server, and reads the runs back over MLflow's REST API with
-plain HTTP requests. Without PostgreSQL binaries the test fails with the install hint
-(``.ci/run`` installs postgresql).
+The harness starts a throwaway PostgreSQL 16 cluster from the locked ``pgserver`` wheel's
+server binaries (``initdb`` + ``pg_ctl`` in a temp dir on a free loopback port; no system
+PostgreSQL is used or needed; under root as the unprivileged ``nobody`` user, since
+PostgreSQL refuses to run as root), then ``mlflow server`` on it, runs a small ``dvc repro``
+whose ``mlflow.tracking_uri`` is the server, and reads the runs back over MLflow's REST API
+with plain HTTP requests.
 """
 
 from __future__ import annotations
 
-import glob
+import importlib.util
 import json
 import os
 import shutil
@@ -29,39 +29,41 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
 
 
-def _pg_bin() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
-    if found:
-        return Path(found[-1]).parent
-    initdb = shutil.which("initdb")
-    return Path(initdb).parent if initdb else None
-
-
-def _need_postgres(reason: str):
-    pytest.fail(f"PostgreSQL is required and {reason}. Fix: apt-get install -y postgresql (see .ci/run)")
+def pg_install() -> Path:
+    """The ``pgserver`` wheel's PostgreSQL tree (``bin/``, ``lib/``, ``share/``), found without
+    importing ``pgserver`` (its import sets up lock files); the test fails, naming the fix,
+    when the package is missing."""
+    spec = importlib.util.find_spec("pgserver")
+    tree = Path(next(iter(spec.submodule_search_locations))) / "pginstall" if spec else None
+    if tree is None or not (tree / "bin" / "initdb").is_file():
+        pytest.fail("the pgserver package (PostgreSQL server binaries, dev dependency in pyproject.toml) is "
+                    "missing. Fix: run README's test command, or .cache/uv/bin/uv sync --frozen")
+    return tree
 
 
 @pytest.fixture(scope="module")
 def postgres_uri():
     """A fresh PostgreSQL cluster on 127.0.0.1:<free port> with database ``mlflow``; stopped after."""
-    bindir = _pg_bin()
-    if bindir is None:
-        _need_postgres("initdb/pg_ctl were not found")
     base = Path(tempfile.mkdtemp(prefix="lab-pg-"))  # not under pytest's 0700 root dir
     data, sock, log = base / "data", base / "sock", base / "server.log"
     sock.mkdir()
-    prefix: list[str] = []
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+    bindir = pg_install() / "bin"
+    user: dict = {}
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root: run it as nobody, from a copy it can read
         import pwd
 
-        pw = pwd.getpwnam("postgres")
-        os.chown(base, pw.pw_uid, pw.pw_gid)
-        os.chown(sock, pw.pw_uid, pw.pw_gid)
-        prefix = ["runuser", "-u", "postgres", "--"]
+        pw = pwd.getpwnam("nobody")
+        site = bindir.parents[2]  # the binaries find libpq in ../../../pgserver.libs (their RPATH)
+        for tree in ("pgserver/pginstall", "pgserver.libs"):
+            shutil.copytree(site / tree, base / "pg" / tree, symlinks=True)
+        bindir = base / "pg" / "pgserver" / "pginstall" / "bin"
+        for d in (base, sock):
+            os.chown(d, pw.pw_uid, pw.pw_gid)
+        user = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
     port = _free_port()
 
     def run(*cmd: str, timeout: int = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([*prefix, *cmd], capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=base, **user)
 
     steps = [
         (str(bindir / "initdb"), "-D", str(data), "-U", "mlflow", "--auth=trust", "-E", "UTF8", "--no-sync"),

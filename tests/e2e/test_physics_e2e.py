@@ -15,7 +15,7 @@ from shared import PHYSICS_TINY
 def test_notebook_runs_as_a_thin_shell_and_records_one_mlflow_run(tmp_path):
     """physics.ipynb executed by papermill in a scratch copy (its own params and MLflow store):
     lab.pipeline.physics validates the injected section, measures (or records "not run"), and
-    lab.tracking.physics_log logs one run whose id mlflow_run.json names."""
+    lab.tracking.physics_log logs one run whose record mlflow_run.json is."""
     import papermill as pm
     from mlflow.tracking import MlflowClient
 
@@ -35,7 +35,7 @@ def test_notebook_runs_as_a_thin_shell_and_records_one_mlflow_run(tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["params"]["hidden_size"] == 64 and metrics["params"]["tokens"] == [1, 3]  # the injected section ran
     assert metrics["status"] == "ok" or metrics["status"].startswith("not run")
-    run_id = json.loads((out / "mlflow_run.json").read_text())["mlflow_run_id"]
+    run_id = json.loads((out / "mlflow_run.json").read_text())["run_id"]  # the run record (lab/tracking/runs.py)
     logged = MlflowClient(tracking_uri=f"sqlite:///{db}").get_run(run_id)
     assert logged.data.tags["stage"] == "physics" and logged.data.tags["status"] == metrics["status"]
     assert logged.data.params["physics.hidden_size"] == "64"

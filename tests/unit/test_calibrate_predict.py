@@ -174,6 +174,30 @@ def test_sweep_writes_generated_modes_in_the_given_order(tmp_path):
     check_current(raw)  # the order does not make the generated modes stale
 
 
+def test_sweep_order_repro_is_one_pipeline_invocation(tmp_path, monkeypatch):
+    """`lab sweep --order win --repro` runs the ordered benches, then the rest, as two `dvc
+    repro` calls: both carry one LAB_INVOCATION, so their runs share one MLflow parent
+    (lab/tracking/grouping.py). The prediction and DVC are stand-ins (no process here)."""
+    import subprocess
+
+    import lab.calibrate.calibrate_cli as calibrate_cli
+    from lab.cli import main as lab_main
+    from lab.tracking.grouping import INVOCATION_ENV
+
+    path = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", path)
+    monkeypatch.delenv(INVOCATION_ENV, raising=False)
+    monkeypatch.setattr(calibrate_cli, "sweep_order", lambda args: ["sw_s3_k1_d4_decode", "sw_s1_k1_d2_prefill"])
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: calls.append((argv, kw.get("env") or {}))
+                        or subprocess.CompletedProcess(argv, 0))
+    assert lab_main(["sweep", "--params", str(path), "--order", "win", "--repro"]) == 0
+    assert [argv[1:5] for argv, _ in calls] == [["repro", "--single-item", "bench@baseline", "bench@sw_s3_k1_d4_decode"],
+                                                ["repro"]]
+    invocations = {env.get(INVOCATION_ENV) for _, env in calls}
+    assert len(invocations) == 1 and None not in invocations
+
+
 def test_points_can_be_held_out_of_a_calibration(results):
     cal = calibrate([results["baseline"], results["s2"]], points={"c1"})
     assert {w.point for w in cal.obs.windows} == {"c1"}

@@ -105,10 +105,15 @@ def test_multi_node_ranks_bind_loopback_and_meet_at_node_0(tmp_path, monkeypatch
 
 
 def test_fleet_parent_from_env_needs_no_file_and_no_server(tmp_path, monkeypatch):
-    from lab.tracking.grouping import PARENT_FILE, PARENT_RUN_ENV, close_pipeline_runs, known_parent, pipeline_parent
+    from lab.tracking.grouping import PARENT_FILE, PARENT_RUN_ENV
+    from lab.tracking.tracker import Tracker
 
     params = load_params(ROOT / "params.yaml")
+    # a stage's tracker (its invocation key given: computing one reads git, a subprocess);
+    # its store is never reached, since nothing here needs MLflow
+    tracker = Tracker(params.mlflow.resolved_tracking_uri(tmp_path), params.mlflow.experiment, root=tmp_path,
+                      key="an-invocation-key", base_tags={}, engine=params.engine)
     monkeypatch.setenv(PARENT_RUN_ENV, "0123abcd")
-    assert pipeline_parent(params, tmp_path) == known_parent(params, tmp_path) == "0123abcd"
-    assert close_pipeline_runs(params, ok=True, root=tmp_path) == []  # the sweep's parent outlives the stage
-    assert not (tmp_path / PARENT_FILE).exists()
+    assert tracker.parent_run_id() == tracker.known_parent() == "0123abcd"
+    assert tracker.close_pipeline(ok=True) == []  # the sweep's parent outlives the stage
+    assert tracker._client is None and not (tmp_path / PARENT_FILE).exists()

@@ -56,8 +56,8 @@ class _Run:
         if path.exists():
             self.artifacts.append(path.name)
 
-    def finish(self, status):
-        self.status = status
+    def finish(self, status, save_to=None):
+        self.status, self.saved_to = status, save_to
 
 
 def test_record_failure_writes_partial_files_and_fails_the_run(tmp_path):
@@ -78,3 +78,4 @@ def test_record_failure_writes_partial_files_and_fails_the_run(tmp_path):
     assert (0, {"gpu0.power_w": 5.0}) in run.metrics
     assert not any(k.startswith(BY_CONCURRENCY) for _, m in run.metrics for k in m)  # no levels: no per-level steps
     assert {"metrics.json", "result.json", "runs.json"} <= set(run.artifacts)
+    assert run.saved_to == tmp_path / "mlflow_run.json"  # the run record, for `lab log`

@@ -144,13 +144,13 @@ def test_config_hash_covers_everything_that_changes_the_measurement(tmp_path):
     assert config_fingerprint({**res, "engine": "emulator"}, wl)[1]["gpu_model"] == "none (emulator)"
 
 
-# --------------------------------------------------------------------------- emulator + MLflow
+# --------------------------------------------------------------------------- files params point at
 
 
-def test_profile_numbers_are_the_hidden_change_not_its_name(tmp_path):
-    """Like a GPU's model (hashed) and its real speed (not), the emulator profile's name is in
-    the hash and its numbers are not: a slower profile under the same name is what the
-    sentinel must catch."""
+def test_an_edited_profile_file_is_another_configuration(tmp_path):
+    """Issue 21: the emulator's cost profile is read from a file; two launches with different
+    file contents under one path (or name) are different configurations, so the sentinel
+    never compares them as one. (A GPU's real speed is still not hashed: only its model.)"""
     from lab.config import load_params
     from lab.emulator.profile import PROFILES_DIR
 
@@ -160,6 +160,7 @@ def test_profile_numbers_are_the_hidden_change_not_its_name(tmp_path):
     params = load_params(ROOT / "params.yaml").model_copy(deep=True)
     params.emulator.profile = str(path)
     before = _hash(params)
+    assert _hash(params) == before  # same file, same configuration
     prof["decode"]["graph_ms_bs1"]["value"] = 12.9
     path.write_text(json.dumps(prof))
-    assert _hash(params) == before
+    assert _hash(params) != before
