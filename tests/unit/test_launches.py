@@ -369,3 +369,30 @@ def test_sentinel_hash_ignores_how_many_launches():
     from lab.analysis.sentinel import NOT_WORKLOAD
 
     assert {"launches", "later_launches"} <= NOT_WORKLOAD
+
+
+def test_bench_notebook_declares_launch_as_a_parameter_papermill_reads():
+    """papermill injects ``launch``; a parameters line it cannot parse is injected as "unknown"."""
+    import json
+    from pathlib import Path
+
+    from papermill.translators import PythonTranslator
+
+    nb = json.loads((Path(__file__).resolve().parents[2] / "notebooks" / "bench.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+    names = {p.name for p in PythonTranslator.inspect({"source": "".join(cell["source"])})}
+    assert {"mode_name", "mode", "results_dir", "launch", "params_file"} <= names
+
+
+def test_every_share_gets_an_interval_inside_0_1():
+    """A metric measured as a share is declared a fraction, so its interval is cut to [0, 1]
+    (issue 22: an SLO attainment interval reached 1.308)."""
+    from lab.analysis.stats import metric_ci
+    from lab.catalog import METRICS
+
+    shares = [m for m in METRICS.values() if m.unit == "share"]
+    assert {"slo_attainment", "error_rate", "verify_graph_fraction"} <= {m.name for m in shares}
+    for m in shares:
+        assert m.interval == "fraction", m.name
+        _, lo, hi = metric_ci(m.name, [1.0, 0.5, 1.0])
+        assert 0.0 <= lo and hi <= 1.0, m.name
