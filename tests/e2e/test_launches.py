@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from scratch import run_dvc, scratch_repo
+from scratch import repro_scratch, run_dvc, scratch_repo
 
 pytestmark = pytest.mark.integration
 
@@ -50,14 +50,7 @@ def test_dvc_runs_launches_interleaved_and_keeps_todays_stages_at_one(tmp_path):
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> tuple[Path, str]:
-    def edit(p):
-        p["modes"] = {k: v for k, v in p["modes"].items() if k in MODES}
-        p["bench"].update(BENCH)
-
-    repo = scratch_repo(tmp_path_factory.mktemp("launches"), edit)
-    proc = run_dvc(repo, "repro")
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return repo, proc.stdout
+    return repro_scratch(tmp_path_factory.mktemp("launches"), MODES, BENCH)
 
 
 def _result(repo: Path, mode: str, launch: int) -> dict:

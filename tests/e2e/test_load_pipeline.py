@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from scratch import run_dvc, scratch_repo
+from scratch import repro_scratch, run_dvc
 
 pytestmark = pytest.mark.integration
 
@@ -24,14 +24,7 @@ MODES = ("baseline", "eagle3_decode")
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
-    def edit(p):
-        p["modes"] = {k: v for k, v in p["modes"].items() if k in MODES}
-        p["bench"].update(BENCH)
-
-    repo = scratch_repo(tmp_path_factory.mktemp("load"), edit)
-    proc = run_dvc(repo, "repro")
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return repo
+    return repro_scratch(tmp_path_factory.mktemp("load"), MODES, BENCH)[0]
 
 
 def _requests(repo: Path, mode: str, point: str) -> list[dict]:
