@@ -1,12 +1,14 @@
-"""Statistics over repeats: confidence intervals and the speedup verdict.
+"""Statistics of the comparison: confidence intervals and the speedup verdict.
 
-Repeats (default 3) of one (mode, concurrency) give a small sample of a run metric. The
-lab reports a mean with a Student-t 95 % interval (:func:`mean_ci`, :func:`metric_ci`;
-counts get an exact Poisson interval, :func:`count_ci`) and a speedup
-``mean(other) / mean(base)`` with a Welch log-ratio interval (:func:`ratio_ci`), then calls it
-"faster", "slower" or "not distinguishable" (:func:`verdict`) by whether the interval
-excludes 1 (DESIGN.md, "Measurement definitions": "a speedup is reported
-with its interval").
+Repeats (default 3) of one (mode, concurrency), or with ``bench.launches`` >= 2 the launch means
+(:mod:`lab.analysis.launches`), give a small sample of a run metric. The lab reports a mean with
+a Student-t 95 % interval (:func:`mean_ci`, :func:`metric_ci`; counts get an exact Poisson
+interval, :func:`count_ci`) and a speedup ``mean(other) / mean(base)`` with a Welch log-ratio
+interval (:func:`ratio_ci`; from earlier launches' spread: :func:`spread_ratio_ci`; paired and
+clustered: :func:`cluster_log_ratio_ci`), then calls it "faster", "slower" or "not
+distinguishable" (:func:`verdict`) by whether the interval excludes 1 (DESIGN.md, "Measurement
+definitions": "a speedup is reported with its interval"). A sample without spread gets no
+interval, so no confident verdict.
 """
 
 from __future__ import annotations
