@@ -68,20 +68,34 @@ def test_goodput_and_ground_truth_at_the_rate_point(repo):
             assert agg["accept_length"]["mean"] == pytest.approx(res["ground_truth"]["r8"]["accept_length"], rel=1e-9)
 
 
+def _truth_good(repo: Path, mode: str, point: str) -> int:
+    """Requests at ``point`` whose TTFT and TPOT in the emulator's ground truth meet BENCH's SLO."""
+    from lab.emulator.truth import load_truth
+
+    truth = load_truth(repo / "results" / mode / "ground_truth.jsonl")
+    good = 0
+    for r in _requests(repo, mode, point):
+        q = truth.requests[r["rid"]]
+        ttft_ms = (q["first_token"] - q["arrival"]) * 1e3
+        n = q["completion_tokens"]
+        tpot_ms = (q["last_token"] - q["first_token"]) * 1e3 / (n - 1) if n > 1 else 0.0
+        good += ttft_ms <= BENCH["slo"]["ttft_ms"] and tpot_ms <= BENCH["slo"]["tpot_ms"]
+    return good
+
+
 def test_comparison_pareto_answer_and_mlflow(repo):
     comp = json.loads((repo / "reports" / "comparison.json").read_text())
     e = comp["modes"]["eagle3_decode"]["r8"]
     s = e["speedup_goodput_req_s"]
-    runs = {m: [r for r in json.loads((repo / "results" / m / "runs.json").read_text()) if r["point"] == "r8"]
-            for m in MODES}
-    truth = {m: json.loads((repo / "results" / m / "result.json").read_text())["ground_truth"]["r8"]["goodput_req_s"]
-             for m in MODES}
-    if all(r["slo_attainment"] == 1.0 for m in MODES for r in runs[m]):
+    r8_runs = {m: [r for r in json.loads((repo / "results" / m / "runs.json").read_text()) if r["point"] == "r8"]
+               for m in MODES}
+    truth = {m: _truth_good(repo, m, "r8") for m in MODES}  # requests the emulator served within the SLO
+    if all(r["slo_attainment"] == 1.0 for m in MODES for r in r8_runs[m]):
         # every request met the SLO in every repeat of both modes: a ceiling, said as such, no interval
         assert s["ratio"] == 1.0 and s["ci95_lo"] is None and s["ci95_hi"] is None
         assert s["verdict"] == "not distinguishable" and "a ceiling" in s["note"]
         assert "a ceiling" in comp["load"]["sentences"]["eagle3_decode"]
-    else:  # the verdict never points against what the emulator's ground truth delivered
+    elif truth["eagle3_decode"] != truth["baseline"]:  # the verdict never points against what the emulator did
         assert s["verdict"] != ("slower" if truth["eagle3_decode"] > truth["baseline"] else "faster"), (s, truth)
     assert s["scope"] == "within one launch"
     sentence = comp["load"]["sentences"]["eagle3_decode"]
@@ -103,7 +117,10 @@ def test_comparison_pareto_answer_and_mlflow(repo):
     exp = client.get_experiment_by_name("eagle-verify-lab")
     runs = client.search_runs([exp.experiment_id])
     mode_run = next(r for r in runs if r.data.tags.get("mode") == "eagle3_decode")
-    assert "r8.goodput_req_s" in mode_run.data.metrics and "r8.goodput_req_s_ci95_lo" in mode_run.data.metrics
+    assert "r8.goodput_req_s" in mode_run.data.metrics
+    # an interval only where the repeats differ (the same goodput in every repeat: none, not a zero-width one)
+    spread = len({r["goodput_req_s"] for r in r8_runs["eagle3_decode"]}) > 1
+    assert ("r8.goodput_req_s_ci95_lo" in mode_run.data.metrics) == spread
     compare = next(r for r in runs if r.info.run_name.startswith("compare"))
     assert "eagle3_decode.r8.goodput_req_s" in compare.data.metrics
     assert "eagle3_decode.beats_up_to_req_s" in compare.data.metrics
