@@ -183,8 +183,9 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
     :param runs: :func:`runs_frame` (a frame without ``launch`` is one launch).
     :returns: ``{"baseline", "modes": {mode: {"c1": {...}}}, "identical_effective_config",
         "notice", "rows": [...]}``; ``rows`` is flat (one per mode x level) for the CSV. An
-        entry holds ``launches`` (launches per mode measured at the point) and ``interval_scope``
-        (what its means' intervals span); each speedup its own ``scope``.
+        entry holds ``launches`` (launches per mode measured at the point), ``interval_scope``
+        (what its means' intervals span) and with two or more launches ``launch_means`` (each
+        launch's mean of the metrics compared by Welch); each speedup its own ``scope``.
     """
     summary: dict[str, Any] = {"baseline": baseline, "modes": {}, "rows": []}
     if "point" not in runs:  # results from before the context/output axes
@@ -215,6 +216,9 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
                     est = lz.mean_estimate(m.name, _groups(sub, m.name))
                     entry[m.name] = est.to_dict()
                     row.update(est.columns(m.name))
+            if n_launch >= 2:  # each launch's own mean of the compared metrics: the units, for the reader
+                entry["launch_means"] = {m.name: lz.launch_means(_groups(sub, m.name)) for m in shown
+                                         if "welch" in m.speedups and m.name in sub}
             if baseline and mode != baseline:
                 base = runs[(runs["mode"] == baseline) & (runs["point"] == key)]
                 for m in shown:

@@ -245,6 +245,7 @@ def test_summary_rows_csv_and_summary_json_say_what_the_intervals_span(tmp_path)
     assert e["launches"] == 3 and e["interval_scope"] == "across 3 launches" and e["repeats"] == 9
     assert e["speedup_decode_tok_s"]["scope"] == "across 3 launches"
     assert e["decode_tok_s"]["mean"] == pytest.approx(np.mean([96.1, 98.1, 100.1]))
+    assert e["launch_means"]["decode_tok_s"] == pytest.approx([96.1, 98.1, 100.1])
     one = summarize({"base": {}, "spec": {}}, _runs(1), "base")
     row = next(r for r in one["rows"] if r["mode"] == "spec")
     assert row["interval_scope"] == "within one launch" and row["speedup_decode_tok_s_scope"] == "within one launch"
