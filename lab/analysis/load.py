@@ -208,8 +208,9 @@ def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, Any], slo:
         :func:`goodput_speedup` result (then each rate also shows its ratio and interval).
     :param slo: ``{"ttft_ms", "tpot_ms"}``.
     :returns: e.g. ``"eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms,
-        TPOT <= 20 ms): goodput speedup's 95 % interval above 1 at 4 req/s (1.30x [1.10, 1.52]); not
-        distinguishable (interval includes 1) at 12 req/s (1.05x [0.90, 1.22])."``
+        TPOT <= 20 ms) [within one launch]: goodput speedup's 95 % interval above 1 at 4 req/s
+        (1.30x [1.10, 1.52]); not distinguishable (interval includes 1) at 12 req/s (1.05x [0.90,
+        1.22])."`` (the bracket: the speedups' common ``scope``, when they carry one)
     """
     if not verdicts:
         return f"{mode}: no request rate measured (set bench.request_rates)."
@@ -223,6 +224,9 @@ def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, Any], slo:
         detail.append(f"not distinguishable (interval includes 1) at {_rates(b['ties'], speedups)}")
     if b["worse"]:
         detail.append(f"worse (interval below 1) at {_rates(b['worse'], speedups)}")
+    scopes = {v.get("scope") for v in verdicts.values() if isinstance(v, Mapping)} - {None}
+    if len(scopes) == 1:  # what the goodput intervals span, e.g. "within one launch"
+        at += f" [{scopes.pop()}]"
     if b["up_to_req_s"] is not None:
         head = f"{mode} beats {baseline} up to {b['up_to_req_s']:g} req/s {at}"
     elif b["beats"]:  # beats, but not at every rate below: no "up to"

@@ -213,6 +213,8 @@ def test_beats_up_to_and_no_rates():
     ceiling = "every request met the SLO in every repeat of both modes: a ceiling"
     same = {4.0: {"ratio": 1.0, "ci95_lo": None, "ci95_hi": None, "verdict": "not distinguishable", "note": ceiling}}
     assert f"4 req/s (1.00x, {ceiling})" in beats_sentence("m", "b", same, SLO)
+    scoped = {4.0: {**same[4.0], "scope": "within one launch"}}
+    assert "TPOT <= 20 ms) [within one launch]: " in beats_sentence("m", "b", scoped, SLO)
     assert "no request rate measured" in beats_sentence("m", "baseline", {}, {"ttft_ms": 1.0, "tpot_ms": None})
     assert "TTFT <= 1 ms)" in beats_sentence("m", "baseline", {1.0: "faster"}, {"ttft_ms": 1.0, "tpot_ms": None})
 
