@@ -25,8 +25,8 @@ from lab.engine.effective import identical_modes, identical_notice
 if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fast
     import pandas as pd
 
-__all__ = ["CompareError", "load_results", "load_launches", "runs_frame", "launch_unit_frame", "interval_note", "requests_frame", "summarize",
-           "engine_caption", "lean_numbers", "scope_labels", "add_lossless"]
+__all__ = ["CompareError", "load_results", "load_launches", "runs_frame", "launch_unit_frame", "interval_note",
+           "requests_frame", "summarize", "engine_caption", "lean_numbers", "scope_labels", "add_lossless"]
 
 
 class CompareError(RuntimeError):

@@ -397,3 +397,35 @@ def test_every_share_gets_an_interval_inside_0_1():
         assert m.interval == "fraction", m.name
         _, lo, hi = metric_ci(m.name, [1.0, 0.5, 1.0])
         assert 0.0 <= lo and hi <= 1.0, m.name
+
+
+def test_figures_draw_launch_means_and_say_what_the_bars_span():
+    """With launches, a figure's error bars are over launch means (one row per launch) and its
+    caption says what the intervals span."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lab.analysis.comparison import interval_note, launch_unit_frame, summarize
+    from lab.report.figures import speedup_figure
+
+    runs = _runs(3)
+    units = launch_unit_frame(runs)
+    assert len(units) == 2 * 3 and sorted(units["repeat"].unique()) == [1, 2, 3]
+    got = units[(units["mode"] == "base") & (units["launch"] == 2)]["decode_tok_s"].item()
+    assert got == pytest.approx(np.mean([84.0, 84.1, 84.2]))
+    assert launch_unit_frame(_runs(1)) is not None and len(launch_unit_frame(_runs(1))) == 2 * 3  # one launch: as is
+    summary = summarize({"base": {}, "spec": {}}, runs, "base")
+    summary["interval_note"] = interval_note(summary)
+    assert summary["interval_note"] == "95 % intervals across 3 launches per mode: launch means are the units."
+    fig = speedup_figure(summary)
+    try:
+        assert any("across 3 launches per mode" in t.get_text() for t in fig.texts)
+        bars = [p for p in fig.axes[0].patches if p.get_height() > 0]
+        assert [round(p.get_height(), 6) for p in bars] == [round(summary["modes"]["spec"]["c1"][
+            "speedup_decode_tok_s"]["ratio"], 6)]
+    finally:
+        plt.close(fig)
+    one = summarize({"base": {}, "spec": {}}, _runs(1), "base")
+    assert "within one launch per mode (bench.launches: 1)" in interval_note(one)
