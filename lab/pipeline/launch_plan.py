@@ -4,7 +4,7 @@
 ${modes}``, launch 1, ``results/<mode>/``) and ``bench_launch@<n>-<mode>`` (``matrix:`` of
 ``bench.later_launches`` x ``modes``, launches 2..N, ``results/launches/<n>/<mode>/``). DVC runs
 them in the order dvc.yaml defines them (its ``dvc repro`` walks the stage graph depth-first from
-the stages in definition order; ``tests/e2e/test_launches.py`` checks the ``dvc repro --dry``
+the stages in definition order; ``tests/e2e/test_launches_pipeline.py`` checks the ``dvc repro --dry``
 order), so a session runs launch 1 of every mode, then launch 2 of every mode, ...: modes
 interleaved A B C A B C, as :func:`interleaved_stages` lists them.
 
