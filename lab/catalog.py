@@ -39,7 +39,9 @@ ANSWER = "answer"    # stated per point in the answer: its speedups if it has an
 MLFLOW = "mlflow"    # flat <mode>.<point>.<metric> means in reports/summary.json and the comparison's MLflow run
 PLACES = (RESULT, SUMMARY, REPORT, TABLE, ANSWER, MLFLOW)
 
-#: How the 95 % interval over repeats is built (:func:`lab.analysis.stats.metric_ci`).
+#: How the 95 % interval is built (:func:`lab.analysis.stats.metric_ci`) over the units: the repeats
+#: of one launch, or the launch means with ``bench.launches`` >= 2 (:mod:`lab.analysis.launches`).
+#: Units that all gave the same value get no interval (:func:`lab.analysis.stats.mean_ci`).
 INTERVALS = {
     "mean": "Student-t interval of the mean, intersected with [0, inf)",
     "fraction": "Student-t interval of the mean, intersected with [0, 1] (a share)",
@@ -49,9 +51,12 @@ Interval = Literal["mean", "fraction", "count"]
 
 #: How a metric is compared with the baseline, by the key its entry carries.
 SPEEDUPS = {
-    "welch": "mean(mode) / mean(baseline) over repeats, Welch log-ratio interval (lab.analysis.stats.ratio_ci)",
-    "per_prompt": "geometric mean of per-prompt ratios, t-interval across prompts (lab.analysis.paired)",
-    "per_repeat": "per-repeat ratios paired by the seeded arrivals (lab.analysis.load.goodput_speedup)",
+    "welch": "mean(mode) / mean(baseline) over the launch means (one launch: its repeats, or the launch spread "
+             "borrowed from earlier launches), Welch log-ratio interval (lab.analysis.launches.welch_speedup)",
+    "per_prompt": "geometric mean of per-prompt ratios, t-interval across launches, repeats (above c1) or prompts "
+                  "(c1, one launch) (lab.analysis.paired)",
+    "per_repeat": "per-repeat ratios paired by the seeded arrivals, by launch round with two or more launches "
+                  "(lab.analysis.load.goodput_speedup_launches)",
 }
 Speedup = Literal["welch", "per_prompt", "per_repeat"]
 

@@ -14,6 +14,8 @@
 - ``lab ui [--port 5000]``: ``mlflow ui`` for the lab's store on 127.0.0.1, printing the URL
   that opens the experiment on its runs table (:mod:`lab.tracking.mlflow_view`); a signal
   stops its whole process group.
+- ``lab launches N``: set ``bench.launches`` (and the list of the ``bench_launch@<n>-<mode>``
+  stages) in params.yaml (:mod:`lab.pipeline.launch_plan`).
 - ``lab sweep [--clear] [--repro | --exp [-S k=v ...] [--queue]] [--order win|uncertain
   --calibration FILE]``: expand params.yaml's ``sweep`` section into generated modes
   (:mod:`lab.pipeline.sweep`, docs/sweeps.md), optionally ordered by prediction
@@ -228,6 +230,25 @@ def sweep_cmd(args: argparse.Namespace) -> int:
     return subprocess.run(cmd, cwd=path.parent, env=env).returncode
 
 
+def launches_cmd(args) -> int:
+    """``lab launches N``: :func:`lab.pipeline.launch_plan.set_launches`, then the stage order DVC
+    will run; 2 with the fix on bad input."""
+    from lab.config import ParamsError, load_params, repo_root
+    from lab.pipeline.launch_plan import interleaved_stages, set_launches
+
+    path = Path(args.params) if args.params else repo_root() / "params.yaml"
+    try:
+        set_launches(path, args.n)
+        modes = list(load_params(path).modes)
+    except (ParamsError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    order = interleaved_stages(modes, args.n)
+    print(f"[lab] launches: bench.launches = {args.n} in {path}; `dvc repro` runs {len(order)} bench stages, "
+          f"modes interleaved: {', '.join(order)}")
+    return 0
+
+
 def stage_cmd(rest: list[str]) -> int:
     """``lab stage <stage> [args]``: run a stage's entry module as ``dvc.yaml`` does
     (:mod:`lab.pipeline.bench_stage`, :mod:`lab.pipeline.compare_stage`,
@@ -279,6 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     p_cmd.add_argument("--engine", choices=["emulator", "sglang"], default=None,
                        help="override params.yaml's engine (sglang: the real SGLang launch line)")
     p_cmd.add_argument("--params", default=None)
+    p_la = sub.add_parser("launches", help="set bench.launches (fresh engine starts per mode, interleaved) "
+                                           "and the bench_launch stages' list in params.yaml")
+    p_la.add_argument("n", type=int, help="launches per mode (1: one launch, intervals within it)")
+    p_la.add_argument("--params", default=None, help="params file (default <repo>/params.yaml)")
     p_sum = sub.add_parser("summary", help="print the last comparison as a table (reports/summary.csv)")
     p_sum.add_argument("--reports", type=Path, default=None, help="reports directory (default <repo>/reports)")
     p_ui = sub.add_parser("ui", help="MLflow UI on 127.0.0.1, opening the experiment's runs table")
@@ -333,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         return doctor(args.params, args.engine, args.mode, args.python)
     if args.cmd == "sweep":
         return sweep_cmd(args)
+    if args.cmd == "launches":
+        return launches_cmd(args)
     if args.cmd == "ui":
         return ui(args.params, args.port)
     if args.cmd == "summary":

@@ -55,6 +55,19 @@ def scratch_repo(repo: Path, edit: Callable[[dict], None] | None = None,
     return repo
 
 
+def repro_scratch(repo: Path, modes: tuple[str, ...], bench: dict) -> tuple[Path, str]:
+    """A scratch repo (:func:`scratch_repo`) with only ``modes`` and ``bench`` merged over the
+    ``bench`` section, after one ``dvc repro`` that must succeed; returns it and that stdout."""
+    def edit(p):
+        p["modes"] = {k: v for k, v in p["modes"].items() if k in modes}
+        p["bench"].update(bench)
+
+    scratch_repo(repo, edit)
+    proc = run_dvc(repo, "repro")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return repo, proc.stdout
+
+
 def orphan_server_record(records_dir: Path, pgid: int) -> int:
     """Make an engine group's on-disk record look like its owner (a notebook kernel) died
     without stopping it: point ``owner_pid`` at a pid that has exited. Returns that pid."""

@@ -2,10 +2,11 @@
 intervals and speedups over the baseline, and flatten the headline numbers.
 
 Inputs are ``results/<mode>/result.json``, ``runs.json`` (one row per concurrency level x
-repeat) and ``requests.jsonl`` written by :mod:`lab.pipeline.bench`. Pure computation over
-:mod:`lab.analysis.stats` and :mod:`lab.config`: the stage that writes the files, draws the
-figures and logs the MLflow run is :mod:`lab.pipeline.compare`; the tables and summary files
-are :mod:`lab.report.tables`.
+repeat) and ``requests.jsonl`` written by :mod:`lab.pipeline.bench`, and with ``bench.launches``
+>= 2 the same files of each later launch (:func:`lab.config.launch_results_dir`). Pure computation
+over :mod:`lab.analysis.stats`, :mod:`lab.analysis.launches` (what an interval spans) and
+:mod:`lab.config`: the stage that writes the files, draws the figures and logs the MLflow run is
+:mod:`lab.pipeline.compare`; the tables and summary files are :mod:`lab.report.tables`.
 """
 
 from __future__ import annotations
@@ -16,15 +17,16 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from lab import catalog
+from lab.analysis import launches as lz
 from lab.analysis.estimates import Estimate, Ratio
-from lab.config import BenchParams, LosslessParams, repo_root
+from lab.config import BenchParams, LosslessParams, launch_stage, repo_root
 from lab.engine.effective import identical_modes, identical_notice
 
 if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fast
     import pandas as pd
 
-__all__ = ["CompareError", "load_results", "runs_frame", "requests_frame", "summarize",
-           "engine_caption", "lean_numbers", "add_lossless"]
+__all__ = ["CompareError", "load_results", "load_launches", "runs_frame", "launch_unit_frame", "interval_note",
+           "requests_frame", "summarize", "engine_caption", "lean_numbers", "scope_labels", "add_lossless"]
 
 
 class CompareError(RuntimeError):
@@ -50,18 +52,68 @@ def load_results(results_dir: Path, modes: list[str]) -> dict[str, dict[str, Any
     return out
 
 
-def runs_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
-    """One row per (mode, concurrency, repeat) with that run's summary metrics."""
+def load_launches(results_dir: Path, modes: list[str], launches: int) -> dict[str, dict[int, dict[str, Any]]]:
+    """``mode -> {launch: result.json}`` for launches 1..``launches`` of every mode.
+
+    :raises CompareError: a launch's result is missing or failed (naming its stage).
+    """
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for mode in modes:
+        for n, d in lz.launch_dirs(results_dir, mode, launches):
+            path = d / "result.json"
+            if not path.is_file():
+                raise CompareError(f"{path} missing (launch {n} of bench.launches {launches}). "
+                                   f"Fix: run `dvc repro {launch_stage(mode, n)}` first")
+            data = json.loads(path.read_text())
+            if data.get("status") != "ok":
+                raise CompareError(f"mode {mode} launch {n} failed ({data.get('error', 'no error recorded')}); its "
+                                   f"log is {d / 'server.log'}. Fix the cause and re-run "
+                                   f"`dvc repro {launch_stage(mode, n)}`")
+            out.setdefault(mode, {})[n] = data
+    return out
+
+
+def runs_frame(results_dir: Path, modes: list[str], launches: int = 1) -> pd.DataFrame:
+    """One row per (mode, launch, point, repeat) with that run's summary metrics; ``launch``
+    counts from 1 (``results/<mode>``) to ``launches`` (:func:`lab.analysis.launches.launch_dirs`)."""
     import pandas as pd
 
     rows = []
     for mode in modes:
-        for run in json.loads((results_dir / mode / "runs.json").read_text()):
-            rows.append({"mode": mode, **{k: v for k, v in run.items() if not isinstance(v, (dict, list))}})
+        for n, d in lz.launch_dirs(results_dir, mode, launches):
+            for run in json.loads((d / "runs.json").read_text()):
+                rows.append({"mode": mode, "launch": n,
+                             **{k: v for k, v in run.items() if not isinstance(v, (dict, list))}})
     df = pd.DataFrame(rows)
     if len(df) and "point" not in df:  # results from before the context/output axes
         df["point"] = [f"c{int(c)}" for c in df["concurrency"]]
     return df
+
+
+def launch_unit_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """The rows figures draw intervals over: ``runs`` itself with one launch per mode; with two
+    or more, one row per (mode, point, launch) holding that launch's means (``repeat`` set to
+    the launch), so that a t-interval over rows spans launches as the comparison's do
+    (:mod:`lab.analysis.launches`)."""
+    if "launch" not in runs or runs["launch"].nunique() < 2:
+        return runs
+    keys = [k for k in ("mode", "point", "concurrency", "launch") if k in runs]
+    num = [c for c in runs.columns if c not in keys and c != "repeat" and runs[c].dtype.kind in "fiub"]
+    out = runs.groupby(keys, sort=False, dropna=False)[num].mean().reset_index()
+    return out.assign(repeat=out["launch"])
+
+
+def interval_note(summary: dict[str, Any]) -> str:
+    """One sentence for figure captions and the report: what the comparison's intervals span,
+    e.g. ``"95 % intervals within one launch per mode (bench.launches: 1): they carry no
+    launch-to-launch variation."``"""
+    scopes = sorted({e.get("interval_scope") for lv in summary["modes"].values() for e in lv.values()} - {None})
+    if not scopes:
+        return ""
+    if scopes == [lz.WITHIN_ONE_LAUNCH]:
+        return ("95 % intervals within one launch per mode (bench.launches: 1): they carry no launch-to-launch "
+                "variation (docs/measurement.md, \"Launches\").")
+    return f"95 % intervals {' / '.join(scopes)} per mode: launch means are the units."
 
 
 def requests_frame(results_dir: Path, modes: list[str]) -> pd.DataFrame:
@@ -113,25 +165,45 @@ def _profile_description(profile: str) -> str:
         return f"description unavailable: {exc}"
 
 
+def _groups(sub: pd.DataFrame, name: str) -> list[list[float]]:
+    """Metric ``name``'s values per launch (in launch order) of one mode at one point."""
+    if name not in sub:
+        return []
+    return [g[name].dropna().tolist() for _, g in sub.groupby("launch", sort=True)]
+
+
 def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: str | None) -> dict[str, Any]:
     """Per mode and level: mean and 95 % CI of every metric :mod:`lab.catalog` shows in
-    ``summary``, and the Welch speedup over the baseline of those it compares that way.
+    ``summary``, and the Welch speedup over the baseline of those it compares that way, with
+    the launch means as units when there are two or more launches and the scope of each
+    interval (:mod:`lab.analysis.launches`).
 
+    :param results: mode -> launch 1's ``result.json`` (its sentinel history gives a one-launch
+        speedup the spread of earlier launches).
+    :param runs: :func:`runs_frame` (a frame without ``launch`` is one launch).
     :returns: ``{"baseline", "modes": {mode: {"c1": {...}}}, "identical_effective_config",
-        "notice", "rows": [...]}``; ``rows`` is flat (one per mode x level) for the CSV.
+        "notice", "rows": [...]}``; ``rows`` is flat (one per mode x level) for the CSV. An
+        entry holds ``launches`` (launches per mode measured at the point), ``interval_scope``
+        (what its means' intervals span) and with two or more launches ``launch_means`` (each
+        launch's mean of the metrics compared by Welch); each speedup its own ``scope``.
     """
     summary: dict[str, Any] = {"baseline": baseline, "modes": {}, "rows": []}
     if "point" not in runs:  # results from before the context/output axes
         runs = runs.assign(point=[f"c{int(c)}" for c in runs["concurrency"]])
+    if "launch" not in runs:
+        runs = runs.assign(launch=1)
     for mode in results:
         summary["modes"][mode] = {}
         mine = runs[runs["mode"] == mode]
         for key in dict.fromkeys(mine["point"]):
             sub = mine[mine["point"] == key]
             level = int(sub["concurrency"].iloc[0])
-            entry: dict[str, Any] = {"concurrency": level, "repeats": int(len(sub))}
+            n_launch = int(sub["launch"].nunique())
+            entry: dict[str, Any] = {"concurrency": level, "repeats": int(len(sub)), "launches": n_launch,
+                                     "interval_scope": lz.across_launches(n_launch)}
             row: dict[str, Any] = {"mode": mode, "point": key, "concurrency": level,
-                                   "engine": results[mode].get("engine")}
+                                   "engine": results[mode].get("engine"), "launches": n_launch,
+                                   "interval_scope": entry["interval_scope"]}
             for axis in ("context_tokens", "max_new_tokens"):
                 if axis in sub and sub[axis].notna().any():
                     entry[axis] = row[axis] = int(sub[axis].iloc[0])
@@ -141,15 +213,19 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
             shown = catalog.shown_in(catalog.SUMMARY)
             for m in shown:
                 if m.name in sub and sub[m.name].notna().any():
-                    est = Estimate.of(m.name, sub[m.name].dropna().tolist())
+                    est = lz.mean_estimate(m.name, _groups(sub, m.name))
                     entry[m.name] = est.to_dict()
                     row.update(est.columns(m.name))
+            if n_launch >= 2:  # each launch's own mean of the compared metrics: the units, for the reader
+                entry["launch_means"] = {m.name: lz.launch_means(_groups(sub, m.name)) for m in shown
+                                         if "welch" in m.speedups and m.name in sub}
             if baseline and mode != baseline:
                 base = runs[(runs["mode"] == baseline) & (runs["point"] == key)]
                 for m in shown:
-                    if "welch" in m.speedups and m.name in sub and len(base):
-                        r = Ratio.welch(base[m.name].tolist(), sub[m.name].tolist(),
-                                        higher_is_better=m.higher_is_better)
+                    if "welch" in m.speedups and m.name in sub and len(base) and m.name in base:
+                        r = lz.welch_speedup(_groups(base, m.name), _groups(sub, m.name),
+                                             higher_is_better=m.higher_is_better,
+                                             spreads=lz.spreads_for(results, baseline, mode, key, m.name))
                         k = catalog.speedup_key(m.name, "welch")
                         entry[k] = r.to_dict()
                         row.update(r.columns(k))
@@ -166,10 +242,29 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
     return summary
 
 
+def scope_labels(summary: dict[str, Any]) -> dict[str, str]:
+    """What every interval of the comparison spans, as flat labels beside the numbers of
+    :func:`lean_numbers` in ``reports/summary.json`` (``dvc metrics show``):
+    ``<mode>.<point>.interval_scope`` (the means) and ``<mode>.<point>.<speedup key>_scope``
+    (each speedup), e.g. ``"within one launch"``, ``"across 3 launches"``."""
+    out: dict[str, str] = {}
+    for mode, levels in summary["modes"].items():
+        for lvl, e in levels.items():
+            if e.get("interval_scope"):
+                out[f"{mode}.{lvl}.interval_scope"] = e["interval_scope"]
+            for m in catalog.shown_in(catalog.MLFLOW):
+                for kind in m.speedups:
+                    k = catalog.speedup_key(m.name, kind)
+                    if isinstance(e.get(k), dict) and e[k].get("scope"):
+                        out[f"{mode}.{lvl}.{k}_scope"] = e[k]["scope"]
+    return out
+
+
 def lean_numbers(summary: dict[str, Any]) -> dict[str, float]:
     """Flat numbers for DVC (``reports/summary.json``) and MLflow: ``<mode>.<point>.<metric>``
-    means of every metric :mod:`lab.catalog` shows in ``mlflow``, each of their speedups over
-    the baseline with its interval (``<mode>.<point>.speedup_<metric>``,
+    means of every metric :mod:`lab.catalog` shows in ``mlflow``, ``<mode>.<point>.launches`` (the
+    launches per mode behind the intervals: 1 is within one launch, :func:`scope_labels` says it in
+    words), each of their speedups over the baseline with its interval (``<mode>.<point>.speedup_<metric>``,
     ``...paired_speedup_<metric>``, ``..._ci95_lo``, ``..._ci95_hi``: the finite ones),
     ``<mode>.beats_up_to_req_s`` of the open-loop comparison (:mod:`lab.analysis.load`) and
     ``<mode>.lossless.*`` of the lossless check (:func:`lab.analysis.lossless.flat_metrics`)."""
@@ -177,6 +272,8 @@ def lean_numbers(summary: dict[str, Any]) -> dict[str, float]:
     shown = catalog.shown_in(catalog.MLFLOW)
     for mode, levels in summary["modes"].items():
         for lvl, e in levels.items():
+            if e.get("launches"):  # launches per mode behind the intervals (1: within one launch)
+                flat[f"{mode}.{lvl}.launches"] = float(e["launches"])
             for m in shown:
                 if (est := Estimate.from_dict(e.get(m.name))) is not None:
                     flat[f"{mode}.{lvl}.{m.name}"] = est.mean

@@ -8,7 +8,13 @@ when written, through :meth:`Estimate.to_dict` / :meth:`Estimate.columns` and
 
 - a metric ``m``: ``m_mean``, ``m_ci95_lo``, ``m_ci95_hi``;
 - a speedup entry ``k`` (:func:`lab.catalog.speedup_key`: ``speedup_m``, ``paired_speedup_m``):
-  ``k``, ``k_ci95_lo``, ``k_ci95_hi`` and its verdict ``verdict_m`` / ``paired_verdict_m``.
+  ``k``, ``k_ci95_lo``, ``k_ci95_hi``, its verdict ``verdict_m`` / ``paired_verdict_m`` and what
+  its interval spans, ``k_scope`` (:data:`WITHIN_ONE_LAUNCH`, :func:`across_launches`,
+  :func:`borrowed_from`).
+
+Every interval says what it spans (its *scope*): the repeats of one engine launch per mode, the
+launch means of ``bench.launches >= 2`` launches, or one launch with the launch-to-launch spread
+borrowed from earlier launches of the same configuration (:mod:`lab.analysis.launches`).
 """
 
 from __future__ import annotations
@@ -19,7 +25,24 @@ from typing import Any, Mapping
 
 from lab.analysis import stats
 
-__all__ = ["Estimate", "Ratio", "verdict_column"]
+__all__ = ["Estimate", "Ratio", "verdict_column", "WITHIN_ONE_LAUNCH", "across_launches", "borrowed_from"]
+
+#: The scope of an interval over the repeats of one engine launch per mode: it carries no
+#: launch-to-launch variation (clocks, memory layout, graph capture, NCCL rings).
+WITHIN_ONE_LAUNCH = "within one launch"
+
+
+def across_launches(n: int) -> str:
+    """The scope of an interval whose units are ``n`` launch means per mode: ``"across 3 launches"``."""
+    return WITHIN_ONE_LAUNCH if n <= 1 else f"across {n} launches"
+
+
+def borrowed_from(*earlier: int) -> str:
+    """The scope of a one-launch interval whose launch-to-launch spread comes from earlier launches
+    of the same configuration, ``earlier`` per mode compared: ``"launch spread borrowed from 5
+    earlier launches"`` (each mode had 5), ``"... from 5 and 3 earlier launches"``."""
+    ks = list(dict.fromkeys(earlier))
+    return f"launch spread borrowed from {' and '.join(str(k) for k in ks)} earlier launches"
 
 
 def _num(x: Any) -> float | None:
@@ -45,14 +68,18 @@ def verdict_column(key: str) -> str:
 class Estimate:
     """A metric's mean over repeats with its 95 % interval (:func:`lab.analysis.stats.metric_ci`).
 
-    :ivar mean, ci95_lo, ci95_hi: in the metric's unit (bounds NaN with one repeat).
+    :ivar mean, ci95_lo, ci95_hi: in the metric's unit (bounds NaN with one unit, or when every
+        unit gave the same value: no spread is no interval, :func:`lab.analysis.stats.mean_ci`).
     :ivar values: the per-repeat values (kept in result.json's ``levels``; None elsewhere).
+    :ivar scope: what the interval spans (module docstring; None: not said, e.g. result.json's
+        per-launch levels).
     """
 
     mean: float
     ci95_lo: float
     ci95_hi: float
     values: list[float] | None = None
+    scope: str | None = None
 
     @classmethod
     def of(cls, name: str, values: list[float], *, keep_values: bool = False) -> "Estimate":
@@ -61,10 +88,12 @@ class Estimate:
         return cls(mean, lo, hi, list(values) if keep_values else None)
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"mean", "ci95_lo", "ci95_hi"}`` (and ``"values"`` when kept)."""
+        """``{"mean", "ci95_lo", "ci95_hi"}`` (and ``"values"``, ``"scope"`` when set)."""
         d: dict[str, Any] = {"mean": self.mean, "ci95_lo": self.ci95_lo, "ci95_hi": self.ci95_hi}
         if self.values is not None:
             d["values"] = self.values
+        if self.scope is not None:
+            d["scope"] = self.scope
         return d
 
     def columns(self, name: str) -> dict[str, float]:
@@ -77,7 +106,8 @@ class Estimate:
         if not d or _num(d.get("mean")) is None:
             return None
         lo, hi = _num(d.get("ci95_lo")), _num(d.get("ci95_hi"))
-        return cls(float(d["mean"]), math.nan if lo is None else lo, math.nan if hi is None else hi, d.get("values"))
+        return cls(float(d["mean"]), math.nan if lo is None else lo, math.nan if hi is None else hi, d.get("values"),
+                   d.get("scope"))
 
     @classmethod
     def from_columns(cls, row: Mapping[str, Any], name: str) -> "Estimate | None":
@@ -102,8 +132,11 @@ class Ratio:
 
     :ivar ratio: mode / baseline (None: undefined). :ivar ci95_lo, ci95_hi: None when undefined.
     :ivar verdict: :func:`lab.analysis.stats.verdict`'s word (None: not judged).
-    :ivar extra: what its estimator adds (``paired``, ``n_prompts``, ``n_pairs``, ``method``...),
-        kept in :meth:`to_dict`.
+    :ivar scope: what the interval spans (module docstring; None: not said).
+    :ivar note: why there is no interval when there is a ratio (e.g. every repeat gave the same
+        goodput: a ceiling, not precision); None otherwise.
+    :ivar extra: what its estimator adds (``paired``, ``n_prompts``, ``n_pairs``, ``unit``,
+        ``n_units``, ``method``...), kept in :meth:`to_dict`.
     """
 
     ratio: float | None
@@ -111,23 +144,34 @@ class Ratio:
     ci95_hi: float | None
     verdict: str | None
     extra: dict[str, Any] = field(default_factory=dict)
+    scope: str | None = None
+    note: str | None = None
 
     @classmethod
-    def welch(cls, base: list[float], other: list[float], *, higher_is_better: bool = True) -> "Ratio":
-        """``mean(other) / mean(base)`` with :func:`lab.analysis.stats.ratio_ci` and its verdict."""
+    def welch(cls, base: list[float], other: list[float], *, higher_is_better: bool = True,
+              scope: str | None = None, unit: str = "repeat") -> "Ratio":
+        """``mean(other) / mean(base)`` over units (repeats, or launch means: ``unit``) with
+        :func:`lab.analysis.stats.ratio_ci` and its verdict; bounds None when undefined, and a
+        :attr:`note` when both samples have two or more units and no spread."""
         r, lo, hi = stats.ratio_ci(base, other)
-        return cls(r, lo, hi, stats.verdict(r, lo, hi, higher_is_better=higher_is_better))
+        note = None
+        if math.isfinite(r) and not math.isfinite(lo) and min(len(stats.finite(base)), len(stats.finite(other))) >= 2:
+            note = f"the same value in every {unit} of both modes: no spread, no interval"
+        return cls(_finite(r), _finite(lo), _finite(hi), stats.verdict(r, lo, hi, higher_is_better=higher_is_better),
+                   scope=scope, note=note)
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"ratio", "ci95_lo", "ci95_hi", "verdict", **extra}`` (comparison.json's entry)."""
-        return {"ratio": self.ratio, "ci95_lo": self.ci95_lo, "ci95_hi": self.ci95_hi, "verdict": self.verdict,
-                **self.extra}
+        """``{"ratio", "ci95_lo", "ci95_hi", "verdict", "scope", "note", **extra}`` (comparison.json's
+        entry; ``scope`` and ``note`` when set)."""
+        d = {"ratio": self.ratio, "ci95_lo": self.ci95_lo, "ci95_hi": self.ci95_hi, "verdict": self.verdict}
+        d.update({k: v for k, v in (("scope", self.scope), ("note", self.note)) if v is not None})
+        return {**d, **self.extra}
 
     def columns(self, key: str) -> dict[str, Any]:
-        """The flat columns of speedup entry ``key``: ``key``, ``key_ci95_lo``, ``key_ci95_hi`` and
-        its :func:`verdict_column`."""
+        """The flat columns of speedup entry ``key``: ``key``, ``key_ci95_lo``, ``key_ci95_hi``, its
+        :func:`verdict_column` and ``key_scope``."""
         return {key: self.ratio, f"{key}_ci95_lo": self.ci95_lo, f"{key}_ci95_hi": self.ci95_hi,
-                verdict_column(key): self.verdict}
+                verdict_column(key): self.verdict, f"{key}_scope": self.scope}
 
     def flat(self, prefix: str) -> dict[str, float]:
         """MLflow / summary.json numbers: ``<prefix>``, ``<prefix>_ci95_lo``, ``<prefix>_ci95_hi``,
@@ -141,8 +185,9 @@ class Ratio:
         """From :meth:`to_dict`'s shape (comparison.json); None when absent."""
         if not d:
             return None
-        extra = {k: v for k, v in d.items() if k not in ("ratio", "ci95_lo", "ci95_hi", "verdict")}
-        return cls(_num(d.get("ratio")), _num(d.get("ci95_lo")), _num(d.get("ci95_hi")), d.get("verdict"), extra)
+        extra = {k: v for k, v in d.items() if k not in ("ratio", "ci95_lo", "ci95_hi", "verdict", "scope", "note")}
+        return cls(_num(d.get("ratio")), _num(d.get("ci95_lo")), _num(d.get("ci95_hi")), d.get("verdict"), extra,
+                   d.get("scope"), d.get("note"))
 
     @classmethod
     def from_columns(cls, row: Mapping[str, Any], key: str) -> "Ratio | None":
@@ -151,10 +196,12 @@ class Ratio:
         if ratio is None:
             return None
         return cls(ratio, _num(row.get(f"{key}_ci95_lo")), _num(row.get(f"{key}_ci95_hi")),
-                   row.get(verdict_column(key)) or None)
+                   row.get(verdict_column(key)) or None, scope=row.get(f"{key}_scope") or None)
 
-    def text(self) -> str | None:
-        """``"1.17x [1.16, 1.18] faster"`` (:func:`lab.analysis.stats.format_speedup`); None without a ratio."""
+    def text(self, *, scope: bool = True) -> str | None:
+        """``"1.17x [1.16, 1.18] faster (within one launch)"`` (:func:`lab.analysis.stats.format_speedup`;
+        the scope when asked for and known); None without a ratio."""
         if self.ratio is None or math.isnan(self.ratio):
             return None
-        return stats.format_speedup(self.ratio, _finite(self.ci95_lo), _finite(self.ci95_hi), self.verdict)
+        return stats.format_speedup(self.ratio, _finite(self.ci95_lo), _finite(self.ci95_hi), self.verdict,
+                                    scope=self.scope if scope else None, note=self.note)

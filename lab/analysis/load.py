@@ -10,10 +10,16 @@ same seeded arrivals (``bench.seed + k``), so the repeat is the matched unit, as
 in :mod:`lab.analysis.paired`; the geometric mean of the per-repeat ratios gets a one-sample
 t-interval (:func:`lab.analysis.stats.log_ratio_ci`), which removes the schedule-to-schedule
 spread that both modes share (Welch's unpaired :func:`lab.analysis.stats.ratio_ci` when the
-repeats do not match), and :func:`lab.analysis.stats.verdict` reads it. A mode **beats** the baseline at a rate when that
-interval lies above 1 ("faster"), is **worse** when it lies below 1, and is **not distinguishable** otherwise.
-"Beats up to N req/s": N is the highest measured rate where it beats the baseline with no
-worse rate at or below it (:func:`beats_up_to`).
+repeats do not match), and :func:`lab.analysis.stats.verdict` reads it. With two or more launches
+per mode (``bench.launches``) the unit is the launch round instead (the per-repeat log ratios
+averaged within launch k of both modes, a t-interval across rounds:
+:func:`lab.analysis.stats.cluster_log_ratio_ci`), scope "across N launches"; with one, "within one
+launch" (:mod:`lab.analysis.launches`). A ratio that is the same in every unit has no interval
+and no confident verdict: every request meeting the SLO in every repeat of both modes is a
+ceiling (``note``), not a tie measured to three decimals. A mode **beats** the baseline at a
+rate when that interval lies above 1 ("faster"), is **worse** when it lies below 1, and is
+**not distinguishable** otherwise. "Beats up to N req/s": the mode beats the baseline at every
+measured rate up to and including N (:func:`beats_up_to`).
 """
 
 from __future__ import annotations
@@ -24,10 +30,10 @@ from typing import Any
 
 
 from lab.analysis import stats
-from lab.analysis.estimates import Ratio
+from lab.analysis.estimates import Ratio, across_launches
 from lab.catalog import speedup_key
 
-__all__ = ["load_settings", "pareto_front", "goodput_speedup", "beats_up_to",
+__all__ = ["load_settings", "pareto_front", "goodput_speedup", "goodput_speedup_launches", "beats_up_to",
            "beats_sentence", "slo_text", "add_load"]
 
 def load_settings(bench: Any) -> dict[str, Any]:
@@ -63,6 +69,52 @@ def pareto_front(x: Sequence[float], y: Sequence[float]) -> list[bool]:
     return out
 
 
+def goodput_speedup_launches(base: Sequence[Sequence[float]], other: Sequence[Sequence[float]], *,
+                             paired: bool = False) -> dict[str, Any]:
+    """:func:`goodput_speedup` from each mode's per-launch goodputs (``base[k]``: the repeats of
+    launch k, in repeat order), with ``scope`` (:mod:`lab.analysis.launches`).
+
+    Both modes with two or more launches: ``paired`` (the same repeats in every launch and mode,
+    every goodput > 0) gives the per-repeat log ratios averaged per launch round and a t-interval
+    across rounds (:func:`lab.analysis.stats.cluster_log_ratio_ci`); otherwise Welch over the
+    launch means (:func:`goodput_speedup` on them). Scope "across N launches". One launch:
+    :func:`goodput_speedup` over the repeats, scope "within one launch".
+
+    :returns: :func:`goodput_speedup`'s dict plus ``scope`` and ``unit`` (``launch``/``repeat``).
+    """
+    def launch_means(groups: Sequence[Sequence[float]]) -> list[float]:  # (lab.analysis.launches is no bench dep)
+        return [float(v.mean()) for v in map(stats.finite, groups) if v.size]
+
+    nb, no = len(launch_means(base)), len(launch_means(other))
+    if nb >= 2 and no >= 2:
+        flat = [v for g in (*base, *other) for v in g]
+        same = len(base) == len(other) and all(len(b) == len(o) for b, o in zip(base, other))
+        if paired and same and all(v is not None and v > 0 for v in flat):
+            clusters = {k: [math.log(o / b) for b, o in zip(bs, os_)] for k, (bs, os_) in enumerate(zip(base, other))}
+            r, lo, hi = stats.cluster_log_ratio_ci(clusters)
+            out = {"ratio": r, "ci95_lo": _fin(lo), "ci95_hi": _fin(hi), "verdict": stats.verdict(r, lo, hi),
+                   "paired": True}
+        else:
+            out = goodput_speedup(launch_means(base), launch_means(other))
+        return {**_noted(out, "launch round" if out["paired"] else "launch"), "scope": across_launches(min(nb, no)),
+                "unit": "launch"}
+    out = goodput_speedup([v for g in base for v in g], [v for g in other for v in g], paired=paired)
+    return {**out, "scope": across_launches(1), "unit": "repeat"}
+
+
+def _fin(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None
+
+
+def _noted(s: dict[str, Any], unit: str) -> dict[str, Any]:
+    """``s`` with a ``note`` when it has a finite ratio but no interval because every ``unit``
+    gave the same value (not when one unit is all there is)."""
+    if s.get("ratio") is not None and math.isfinite(s["ratio"]) and s["ci95_lo"] is None and s.get("_units", 2) >= 2:
+        s = {**s, "note": f"the same goodput ratio in every {unit}: no spread, no interval"}
+    s.pop("_units", None)
+    return s
+
+
 def goodput_speedup(base: Sequence[float], other: Sequence[float], *, paired: bool = False) -> dict[str, Any]:
     """Goodput ratio of ``other`` over ``base`` across repeats with its 95 % interval and verdict.
 
@@ -76,13 +128,19 @@ def goodput_speedup(base: Sequence[float], other: Sequence[float], *, paired: bo
     meets the SLO); only the baseline 0 -> "faster" when the other's t-interval lower bound is
     above 0, only the other 0 -> "slower" when the baseline's is (``ratio`` inf / 0).
 
-    :returns: ``{"ratio", "ci95_lo", "ci95_hi", "verdict", "paired"}`` (bounds None when undefined).
+    A sample with no spread gets no interval and no confident verdict
+    (:func:`lab.analysis.stats.mean_ci`): ``goodput_speedup([4, 4, 4], [3.5, 3.5, 3.5])`` is
+    0.875x, "not distinguishable", with a ``note`` saying why.
+
+    :returns: ``{"ratio", "ci95_lo", "ci95_hi", "verdict", "paired"}`` (bounds None when
+        undefined) and ``note`` when a ratio has no interval for want of spread.
     """
-    fin = lambda v: v if v is not None and math.isfinite(v) else None  # noqa: E731
+    n = min(len(stats.finite(base)), len(stats.finite(other)))
     if paired and len(base) == len(other) >= 2 and all(v is not None and v > 0 for v in (*base, *other)):
         r, lo, hi = stats.log_ratio_ci([math.log(o / b) for b, o in zip(base, other)])
-        return {"ratio": r, "ci95_lo": fin(lo), "ci95_hi": fin(hi), "verdict": stats.verdict(r, lo, hi), "paired": True}
-    return {**_unpaired(base, other), "paired": False}
+        return _noted({"ratio": r, "ci95_lo": _fin(lo), "ci95_hi": _fin(hi), "verdict": stats.verdict(r, lo, hi),
+                       "paired": True, "_units": n}, "repeat")
+    return _noted({**_unpaired(base, other), "paired": False, "_units": n}, "repeat of both modes")
 
 
 def _unpaired(base: Sequence[float], other: Sequence[float]) -> dict[str, Any]:
@@ -94,8 +152,7 @@ def _unpaired(base: Sequence[float], other: Sequence[float]) -> dict[str, Any]:
         return {"ratio": None, "ci95_lo": None, "ci95_hi": None, "verdict": "not distinguishable"}
     if bm > 0 and om > 0:
         r, lo, hi = stats.ratio_ci(b, o)
-        fin = lambda v: v if math.isfinite(v) else None  # noqa: E731
-        return {"ratio": r, "ci95_lo": fin(lo), "ci95_hi": fin(hi), "verdict": stats.verdict(r, lo, hi)}
+        return {"ratio": r, "ci95_lo": _fin(lo), "ci95_hi": _fin(hi), "verdict": stats.verdict(r, lo, hi)}
     if bm == 0 and om == 0:
         return {"ratio": None, "ci95_lo": None, "ci95_hi": None, "verdict": "not distinguishable"}
     pos, lo_pos = (o, om) if bm == 0 else (b, bm)
@@ -111,16 +168,16 @@ def beats_up_to(verdicts: Mapping[float, str]) -> dict[str, Any]:
     """Summarise goodput verdicts per rate (req/s -> "faster" / "slower" / "not distinguishable").
 
     :returns: ``{"up_to_req_s": N or None, "beats": [rates], "worse": [rates], "ties": [rates]}``:
-        N is the highest rate with "faster" such that no rate at or below it is "slower";
-        None when there is none.
+        N is the highest rate such that the verdict is "faster" at every measured rate up to and
+        including N (so "beats up to N req/s" holds at each of them); None when the lowest rate
+        is not "faster".
     """
     rates = sorted(verdicts)
     up_to = None
     for r in rates:
-        if verdicts[r] == "slower":
+        if verdicts[r] != "faster":
             break
-        if verdicts[r] == "faster":
-            up_to = r
+        up_to = r
     return {"up_to_req_s": up_to, "beats": [r for r in rates if verdicts[r] == "faster"],
             "worse": [r for r in rates if verdicts[r] == "slower"],
             "ties": [r for r in rates if verdicts[r] == "not distinguishable"]}
@@ -138,8 +195,8 @@ def _rates(rates: Sequence[float], speedups: Mapping[float, Any]) -> str:
         s = speedups[r]
         text = stats.format_speedup(s.get("ratio"), s.get("ci95_lo"), s.get("ci95_hi"), None) \
             if isinstance(s, Mapping) and s.get("ratio") is not None and math.isfinite(s["ratio"]) else None
-        if text and s.get("ci95_lo") == s.get("ci95_hi") == s.get("ratio") == 1.0:
-            text += ", the same goodput in every repeat"  # e.g. both met the SLO for every request
+        if text and s.get("ci95_lo") is None and s.get("note"):
+            text += f", {s['note']}"  # e.g. every request met the SLO in both modes: a ceiling
         return f"{r:g} req/s" + (f" ({text})" if text else "")
     return ", ".join(one(r) for r in rates)
 
@@ -151,8 +208,9 @@ def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, Any], slo:
         :func:`goodput_speedup` result (then each rate also shows its ratio and interval).
     :param slo: ``{"ttft_ms", "tpot_ms"}``.
     :returns: e.g. ``"eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms,
-        TPOT <= 20 ms): goodput speedup's 95 % interval above 1 at 4 req/s (1.30x [1.10, 1.52]); not
-        distinguishable (interval includes 1) at 12 req/s (1.05x [0.90, 1.22])."``
+        TPOT <= 20 ms) [within one launch]: goodput speedup's 95 % interval above 1 at 4 req/s
+        (1.30x [1.10, 1.52]); not distinguishable (interval includes 1) at 12 req/s (1.05x [0.90,
+        1.22])."`` (the bracket: the speedups' common ``scope``, when they carry one)
     """
     if not verdicts:
         return f"{mode}: no request rate measured (set bench.request_rates)."
@@ -166,15 +224,32 @@ def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, Any], slo:
         detail.append(f"not distinguishable (interval includes 1) at {_rates(b['ties'], speedups)}")
     if b["worse"]:
         detail.append(f"worse (interval below 1) at {_rates(b['worse'], speedups)}")
+    scopes = {v.get("scope") for v in verdicts.values() if isinstance(v, Mapping)} - {None}
+    if len(scopes) == 1:  # what the goodput intervals span, e.g. "within one launch"
+        at += f" [{scopes.pop()}]"
     if b["up_to_req_s"] is not None:
         head = f"{mode} beats {baseline} up to {b['up_to_req_s']:g} req/s {at}"
-    elif b["beats"]:  # beats only above a rate where it is worse: no "up to"
-        head = f"{mode} beats {baseline} only above a rate where it is worse {at}"
+    elif b["beats"]:  # beats, but not at every rate below: no "up to"
+        head = (f"{mode} beats {baseline} at {', '.join(f'{r:g}' for r in b['beats'])} req/s but not at every "
+                f"lower rate {at}")
     elif b["worse"]:
         head = f"{mode} does not beat {baseline} at any measured rate {at}"
     else:
         head = f"{mode} is not distinguishable from {baseline} at any measured rate {at}"
     return f"{head}: {'; '.join(detail)}."
+
+
+def _by_launch(sub: Any) -> list[Any]:
+    """One mode's rows at one point, per launch (launch order), each sorted by repeat; a frame
+    without ``launch`` is one launch."""
+    if "launch" not in sub:
+        return [sub.sort_values("repeat")]
+    return [g.sort_values("repeat") for _, g in sub.groupby("launch", sort=True)]
+
+
+def _all_good(sub: Any) -> bool:
+    """Every repeat's SLO attainment is 1 (every request met the SLO)."""
+    return "slo_attainment" in sub and len(sub) > 0 and bool((sub["slo_attainment"] == 1.0).all())
 
 
 def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[str, Any]],
@@ -215,12 +290,15 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
             if rate is not None:
                 entry["request_rate"] = row["request_rate"] = float(rate)
             if baseline and mode != baseline:
-                base = runs[(runs["mode"] == baseline) & (runs["point"] == key)].sort_values("repeat")
+                base = runs[(runs["mode"] == baseline) & (runs["point"] == key)]
                 if len(base) and "goodput_req_s" in sub:
-                    mine = sub.sort_values("repeat")
-                    same = base["repeat"].tolist() == mine["repeat"].tolist()  # same seeded arrivals per repeat
-                    s = goodput_speedup(base["goodput_req_s"].tolist(), mine["goodput_req_s"].tolist(),
-                                        paired=same)
+                    bl, ml = _by_launch(base), _by_launch(sub)
+                    # the same seeded arrivals per repeat, launch by launch
+                    same = [g["repeat"].tolist() for g in bl] == [g["repeat"].tolist() for g in ml]
+                    s = goodput_speedup_launches([g["goodput_req_s"].tolist() for g in bl],
+                                                 [g["goodput_req_s"].tolist() for g in ml], paired=same)
+                    if s["ci95_lo"] is None and s.get("ratio") is not None and _all_good(base) and _all_good(sub):
+                        s["note"] = "every request met the SLO in every repeat of both modes: a ceiling, not a measured tie"
                     k = speedup_key("goodput_req_s", "per_repeat")
                     entry[k] = s
                     row.update(Ratio.from_dict(s).columns(k))

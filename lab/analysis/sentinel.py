@@ -56,12 +56,15 @@ __all__ = ["NOT_WORKLOAD", "gpu_model", "config_fingerprint", "file_sha256",
            "sentinel_table", "MIN_HISTORY", "decide"]
 
 #: ``bench`` params that do not change what a launch measures: the thresholds of the hygiene
-#: checks and of the sentinel itself, the request timeout, and the profiler trace taken after
-#: the measured points. Every other ``bench`` key is part of the workload hash. (The metrics
+#: checks and of the sentinel itself, the request timeout, the profiler trace taken after
+#: the measured points, and the number of launches. Every other ``bench`` key is part of the workload hash. (The metrics
 #: watched are those :mod:`lab.catalog` marks ``sentinel``, :func:`lab.catalog.sentinel_metrics`.)
 NOT_WORKLOAD = frozenset({"ngram_n", "ngram_repeat_threshold", "degenerate_max_fraction", "sentinel_history_runs",
                           "sentinel_alpha", "sentinel_min_effect", "request_timeout_s", "trace",
-                          "trace_requests", "trace_max_new_tokens"})
+                          "trace_requests", "trace_max_new_tokens",
+                          # how many launches a session makes: each launch measures the same, and
+                          # the comparison borrows the spread of earlier launches by this hash
+                          "launches", "later_launches"})
 #: Earlier launches needed before a change can be flagged (a spread needs two values).
 MIN_HISTORY = 2
 

@@ -1,25 +1,28 @@
-"""Statistics over repeats: confidence intervals and the speedup verdict.
+"""Statistics of the comparison: confidence intervals and the speedup verdict.
 
-Repeats (default 3) of one (mode, concurrency) give a small sample of a run metric. The
-lab reports a mean with a Student-t 95 % interval (:func:`mean_ci`, :func:`metric_ci`;
-counts get an exact Poisson interval, :func:`count_ci`) and a speedup
-``mean(other) / mean(base)`` with a Welch log-ratio interval (:func:`ratio_ci`), then calls it
-"faster", "slower" or "not distinguishable" (:func:`verdict`) by whether the interval
-excludes 1 (DESIGN.md, "Measurement definitions": "a speedup is reported
-with its interval").
+Repeats (default 3) of one (mode, concurrency), or with ``bench.launches`` >= 2 the launch means
+(:mod:`lab.analysis.launches`), give a small sample of a run metric. The lab reports a mean with
+a Student-t 95 % interval (:func:`mean_ci`, :func:`metric_ci`; counts get an exact Poisson
+interval, :func:`count_ci`) and a speedup ``mean(other) / mean(base)`` with a Welch log-ratio
+interval (:func:`ratio_ci`; from earlier launches' spread: :func:`spread_ratio_ci`; paired and
+clustered: :func:`cluster_log_ratio_ci`), then calls it "faster", "slower" or "not
+distinguishable" (:func:`verdict`) by whether the interval excludes 1 (DESIGN.md, "Measurement
+definitions": "a speedup is reported with its interval"). A sample without spread gets no
+interval, so no confident verdict.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
 import numpy as np
 
 from lab.catalog import interval_kind
 
-__all__ = ["finite", "mean_ci", "ratio_ci", "log_ratio_ci", "count_ci", "metric_ci", "verdict", "format_speedup"]
+__all__ = ["finite", "mean_ci", "ratio_ci", "spread_ratio_ci", "log_ratio_ci", "cluster_log_ratio_ci", "count_ci",
+           "metric_ci", "verdict", "format_speedup"]
 
 Verdict = Literal["faster", "slower", "not distinguishable"]
 
@@ -38,7 +41,10 @@ def mean_ci(values: Iterable[float | None], confidence: float = 0.95) -> tuple[f
 
     :param values: sample (None and non-finite values are dropped).
     :param confidence: coverage in (0, 1).
-    :returns: ``(mean, lo, hi)``; n=1 gives ``(x, nan, nan)``, n=0 ``(nan, nan, nan)``.
+    :returns: ``(mean, lo, hi)``; n=1 gives ``(x, nan, nan)``, n=0 ``(nan, nan, nan)``, and a
+        sample with no spread (every value equal, e.g. goodput 4.0 in every repeat) ``(x, nan,
+        nan)``: a zero-width interval would claim a precision that a few repeats of a discrete
+        or saturated quantity cannot show.
     :raises ValueError: confidence outside (0, 1).
     """
     if not 0.0 < confidence < 1.0:
@@ -48,11 +54,12 @@ def mean_ci(values: Iterable[float | None], confidence: float = 0.95) -> tuple[f
     if n == 0:
         return (math.nan, math.nan, math.nan)
     mean = float(x.mean())
-    if n == 1:
+    sd = float(x.std(ddof=1)) if n > 1 else 0.0
+    if n == 1 or sd <= 1e-12 * max(abs(mean), 1.0):  # no spread (up to rounding: 2.4/2 vs 4.8/4)
         return (mean, math.nan, math.nan)
     from scipy import stats as _st  # imported here: `lab summary` must start fast
 
-    half = float(_st.t.ppf((1.0 + confidence) / 2.0, df=n - 1) * x.std(ddof=1) / math.sqrt(n))
+    half = float(_st.t.ppf((1.0 + confidence) / 2.0, df=n - 1) * sd / math.sqrt(n))
     return (mean, mean - half, mean + half)
 
 
@@ -76,8 +83,8 @@ def ratio_ci(
     :param other: compared sample (> 0).
     :param confidence: coverage in (0, 1).
     :returns: ``(ratio, lo, hi)``; lo/hi are nan if either sample has fewer than 2
-        values, all three nan if either is empty or a mean is not positive. When both
-        samples have zero variance the interval is ``[ratio, ratio]``.
+        values or both samples have no spread (no interval rather than a zero-width one), all
+        three nan if either is empty or a mean is not positive.
     :raises ValueError: confidence outside (0, 1).
     """
     if not 0.0 < confidence < 1.0:
@@ -91,12 +98,44 @@ def ratio_ci(
     vb = float(b.var(ddof=1)) / (b.size * float(b.mean()) ** 2)
     vo = float(o.var(ddof=1)) / (o.size * float(o.mean()) ** 2)
     se = math.sqrt(vb + vo)
-    if se == 0.0:
-        return (ratio, ratio, ratio)
+    if se <= 1e-12:  # no spread in either sample (up to rounding)
+        return (ratio, math.nan, math.nan)
     df = (vb + vo) ** 2 / ((vb ** 2 / (b.size - 1)) + (vo ** 2 / (o.size - 1)))
     from scipy import stats as _st  # imported here: `lab summary` must start fast
 
     half = float(_st.t.ppf((1.0 + confidence) / 2.0, df) * se)
+    return (ratio, ratio * math.exp(-half), ratio * math.exp(half))
+
+
+def spread_ratio_ci(ratio: float, spreads: Iterable[tuple[float, int]],
+                    confidence: float = 0.95) -> tuple[float, float, float]:
+    """A ratio of two single launch means with an interval from launch spreads measured elsewhere.
+
+    Each side is one launch; its launch mean's relative spread ``cv_i`` (sd / mean of ``n_i``
+    earlier launch means of the same configuration: :mod:`lab.analysis.sentinel`'s history) gives
+    the delta-method variance ``cv_i^2`` of its log. The interval is ``exp(log ratio ± t_df * se)``
+    with ``se^2 = sum cv_i^2`` and Welch-Satterthwaite ``df = se^4 / sum(cv_i^4 / (n_i - 1))``
+    (Welch 1947, as :func:`ratio_ci`, with the earlier launches as the sample of each side).
+
+    :param ratio: the point estimate (> 0), e.g. ``mean(mode) / mean(baseline)`` of this launch.
+    :param spreads: ``(cv, n)`` per side, ``n >= 2`` earlier launches each.
+    :returns: ``(ratio, lo, hi)``; nan bounds when a side has ``n < 2``, every cv is 0 or the
+        ratio is not positive.
+    :raises ValueError: confidence outside (0, 1).
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence}: must be in (0, 1), e.g. 0.95")
+    sp = [(float(cv), int(n)) for cv, n in spreads]
+    if not (ratio is not None and math.isfinite(ratio) and ratio > 0) or not sp or any(
+            n < 2 or not math.isfinite(cv) or cv < 0 for cv, n in sp):
+        return (ratio, math.nan, math.nan)
+    var = sum(cv * cv for cv, _ in sp)
+    if var == 0.0:
+        return (ratio, math.nan, math.nan)
+    df = var ** 2 / sum((cv * cv) ** 2 / (n - 1) for cv, n in sp if cv > 0)
+    from scipy import stats as _st  # imported here: `lab summary` must start fast
+
+    half = float(_st.t.ppf((1.0 + confidence) / 2.0, df) * math.sqrt(var))
     return (ratio, ratio * math.exp(-half), ratio * math.exp(half))
 
 
@@ -112,6 +151,29 @@ def log_ratio_ci(log_ratios: Iterable[float | None], confidence: float = 0.95) -
     """
     m, lo, hi = mean_ci(log_ratios, confidence)
     return tuple(math.exp(v) if math.isfinite(v) else math.nan for v in (m, lo, hi))  # type: ignore[return-value]
+
+
+def cluster_log_ratio_ci(clusters: Mapping[Any, Iterable[float]],
+                         confidence: float = 0.95) -> tuple[float, float, float]:
+    """Paired log ratios that are correlated within clusters, with the cluster as the unit.
+
+    Requests of one repeat at concurrency above 1 share batch iterations, and every request of
+    one engine launch shares its launch's speed, so their log ratios are not independent: a
+    t-interval across requests (or prompts) would take prompts - 1 degrees of freedom where the
+    data hold about clusters - 1. Each cluster's log ratios are averaged first; the interval is
+    :func:`log_ratio_ci` over the cluster means (the analysis of cluster means, e.g. Donner &
+    Klar, *Design and Analysis of Cluster Randomization Trials*, 2000, ch. 6).
+
+    :param clusters: cluster key (a repeat, a launch) -> its log ratios ``log(other / base)``.
+    :returns: ``(ratio, lo, hi)`` as :func:`log_ratio_ci`; nan bounds with fewer than 2
+        clusters (or no spread between them).
+    """
+    means = []
+    for vals in clusters.values():
+        v = finite(vals)
+        if v.size:
+            means.append(float(v.mean()))
+    return log_ratio_ci(means, confidence)
 
 
 def count_ci(counts: Iterable[float | None], confidence: float = 0.95) -> tuple[float, float, float]:
@@ -184,10 +246,17 @@ def verdict(ratio: float, lo: float, hi: float, *, higher_is_better: bool = True
     return "not distinguishable"
 
 
-def format_speedup(ratio: float | None, lo: float | None, hi: float | None, verdict_: str | None) -> str | None:
-    """``"1.17x [1.16, 1.18] faster"`` (the interval only when both bounds exist); None
-    when there is no ratio. Shared by the report, ``reports/summary.md`` and ``lab summary``."""
+def format_speedup(ratio: float | None, lo: float | None, hi: float | None, verdict_: str | None, *,
+                   scope: str | None = None, note: str | None = None) -> str | None:
+    """``"1.17x [1.16, 1.18] faster (within one launch)"``: the interval only when both bounds
+    exist, then the verdict, then what the interval spans (``scope``, when given); without an
+    interval the ``note`` saying why (``"0.88x not distinguishable (the same value in every
+    repeat of both modes: no spread, no interval)"``). None when there is no ratio. Shared by
+    the report, ``reports/summary.md``, the answer and ``lab summary``."""
     if ratio is None:
         return None
-    ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
-    return f"{ratio:.2f}x{ci} {verdict_ or ''}".rstrip()
+    has_ci = lo is not None and hi is not None
+    ci = f" [{lo:.2f}, {hi:.2f}]" if has_ci else ""
+    why = [w for w in ((note if not has_ci else None), scope) if w]
+    tail = f" ({'; '.join(why)})" if why else ""
+    return f"{ratio:.2f}x{ci} {verdict_ or ''}".rstrip() + tail

@@ -13,7 +13,7 @@ but the physics stage's standard-library schema:
 - :mod:`lab.config.dataset_rules`: ``bench.dataset`` as a local file or a Hugging Face id;
 - :mod:`lab.config.emulator_faults`: the grammar of ``emulator.faults``;
 - :mod:`lab.config.physics_model`: the ``physics:`` section, from :class:`lab.physics.params.PhysicsConfig`;
-- :mod:`lab.config.paths`: the repository root and a DVC experiment's main checkout;
+- :mod:`lab.config.paths`: the repository root, a DVC experiment's main checkout, where each launch writes;
 - :mod:`lab.config.tracking_uri`: the MLflow tracking URI resolved against the main checkout;
 - :mod:`lab.config.base`: the strict base model of every section.
 
@@ -22,10 +22,10 @@ The names below are re-exported here: ``from lab.config import LabParams, load_p
 
 from lab.config.dataset_rules import check_dataset_params, is_hf_id
 from lab.config.loading import SERVER_PLACEMENT_ENV, load_params
-from lab.config.paths import find_repo_root, main_repo_root, repo_root
+from lab.config.paths import find_repo_root, launch_results_dir, launch_stage, main_repo_root, repo_root
 from lab.config.schema import (BenchParams, DatasetColumns, EmulatorParams, LabParams, LosslessParams, MlflowParams,
                                ModelParams, ModeParams, ParamsError, PhysicsParams, ServerParams, SloParams)
 
 __all__ = ["ParamsError", "LabParams", "ModeParams", "BenchParams", "ServerParams", "ModelParams", "EmulatorParams",
            "SloParams", "DatasetColumns", "LosslessParams", "MlflowParams", "PhysicsParams", "load_params", "repo_root",
-           "find_repo_root", "main_repo_root", "is_hf_id", "check_dataset_params", "SERVER_PLACEMENT_ENV"]
+           "find_repo_root", "main_repo_root", "launch_results_dir", "launch_stage", "is_hf_id", "check_dataset_params", "SERVER_PLACEMENT_ENV"]

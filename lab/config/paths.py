@@ -5,7 +5,49 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["find_repo_root", "repo_root", "main_repo_root"]
+__all__ = ["find_repo_root", "repo_root", "main_repo_root", "launch_results_dir", "launch_stage", "bench_stage_launch",
+           "LAUNCHES_DIR",
+           "LAUNCH_STAGE", "RESERVED_RESULT_DIRS"]
+
+#: ``results/<LAUNCHES_DIR>/<n>/<mode>/`` holds launch ``n >= 2`` of a mode (launch 1 is ``results/<mode>/``).
+LAUNCHES_DIR = "launches"
+#: The ``dvc.yaml`` stage group of launches 2..N (a matrix over ``bench.later_launches`` x ``modes``).
+LAUNCH_STAGE = "bench_launch"
+#: Names under ``results/`` that are not modes (a mode may not be called so).
+RESERVED_RESULT_DIRS = ("figures", "physics", LAUNCHES_DIR)
+
+
+def launch_results_dir(mode: str, launch: int = 1) -> str:
+    """Where launch ``launch`` of ``mode`` writes, relative to the repository root:
+    ``results/<mode>`` for launch 1 (the layout every reader knows), ``results/launches/<n>/<mode>``
+    for launch ``n >= 2`` (``bench.launches``, docs/measurement.md "Launches").
+
+    :raises ValueError: ``launch < 1``.
+    """
+    if launch < 1:
+        raise ValueError(f"launch {launch}: launches count from 1. Fix: pass 1..bench.launches")
+    return f"results/{mode}" if launch == 1 else f"results/{LAUNCHES_DIR}/{launch}/{mode}"
+
+
+def bench_stage_launch(address: str) -> tuple[str, int] | None:
+    """``(mode, launch)`` of a bench stage address (``bench@baseline`` -> ``("baseline", 1)``,
+    ``bench_launch@2-baseline`` -> ``("baseline", 2)``: :func:`launch_stage` reversed), None for
+    any other stage (``compare``, ``physics``). Mode names hold no ``-`` (lab/config/schema.py)."""
+    group, _, key = address.partition("@")
+    if group == "bench" and key:
+        return key, 1
+    if group == LAUNCH_STAGE and "-" in key:
+        n, _, mode = key.partition("-")
+        if n.isdigit() and mode:
+            return mode, int(n)
+    return None
+
+
+def launch_stage(mode: str, launch: int = 1) -> str:
+    """The DVC stage of launch ``launch`` of ``mode``: ``bench@<mode>`` (launch 1) or
+    ``bench_launch@<n>-<mode>`` (DVC's matrix names: the values joined by ``-``)."""
+    return f"bench@{mode}" if launch == 1 else f"{LAUNCH_STAGE}@{launch}-{mode}"
+
 
 
 def find_repo_root(start: Path | None = None) -> Path | None:

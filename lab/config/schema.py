@@ -22,6 +22,7 @@ from pydantic import Field, field_validator, model_validator
 from lab.config.base import Strict
 from lab.config.dataset_rules import check_dataset_params
 from lab.config.emulator_faults import parse_fault
+from lab.config.paths import RESERVED_RESULT_DIRS
 from lab.config.physics_model import PhysicsParams
 from lab.config.tracking_uri import resolve_tracking_uri
 
@@ -305,6 +306,25 @@ class BenchParams(Strict):
     sentinel_history_runs: int = Field(5, ge=1)
     sentinel_alpha: float = Field(0.01, gt=0.0, lt=1.0)
     sentinel_min_effect: float = Field(0.02, ge=0.0)
+    # Engine launches per mode (docs/measurement.md, "Launches"): each a fresh engine start. DVC runs
+    # launch 1 of every mode (stages bench@<mode>, results in results/<mode>/), then launch 2 of
+    # every mode (bench_launch@2-<mode>, results/launches/2/<mode>/), and so on: A B C A B C, so
+    # drift hits every mode alike. With launches >= 2 the comparison's units are the launch means.
+    launches: int = Field(1, ge=1, le=99)
+    # The launch numbers of the bench_launch@<n>-<mode> stages (dvc.yaml's matrix reads this list:
+    # DVC cannot count): exactly [2, ..., launches]. `lab launches N` sets both keys.
+    later_launches: list[int] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _launch_stages(self) -> "BenchParams":
+        want = list(range(2, self.launches + 1))
+        if self.later_launches != want:
+            raise ValueError(
+                f"later_launches is {self.later_launches} but launches is {self.launches}: dvc.yaml makes one "
+                f"bench_launch@<n>-<mode> stage per entry, so it must be {want}. Fix: run `lab launches "
+                f"{self.launches}` (sets both), or with dvc exp run pass -S bench.launches={self.launches} "
+                f"-S 'bench.later_launches={want}'")
+        return self
 
     @field_validator("concurrency")
     @classmethod
@@ -374,11 +394,11 @@ class LabParams(Strict):
         if not v:
             raise ValueError("no modes. Fix: define at least `baseline: {algorithm: null}`")
         for name in v:
-            if not _MODE_NAME.match(name) or name in ("figures", "physics"):
+            if not _MODE_NAME.match(name) or name in RESERVED_RESULT_DIRS:
                 raise ValueError(
                     f"mode name {name!r} is not usable as a stage and results folder name. "
                     "Fix: use lowercase letters, digits and underscores, starting with a letter "
-                    "(not 'figures' or 'physics')"
+                    f"(not {' or '.join(repr(n) for n in RESERVED_RESULT_DIRS)})"
                 )
         return v
 

@@ -91,9 +91,13 @@ class _Child:
 
 
 def _multi_node_ranks(stage: str, env: dict[str, str]) -> subprocess.Popen | None:
-    """For ``bench@<mode>`` with ``server.nnodes > 1``: set node 0's address and start ranks
-    1..N-1 on the job's other nodes (one ``srun`` step); None for a single-node stage."""
-    if not stage.startswith("bench@"):
+    """For ``bench@<mode>`` (or ``bench_launch@<n>-<mode>``) with ``server.nnodes > 1``: set node
+    0's address and start ranks 1..N-1 on the job's other nodes (one ``srun`` step); None for a
+    single-node stage."""
+    from lab.config.paths import bench_stage_launch
+
+    bench = bench_stage_launch(stage)
+    if bench is None:
         return None
     from lab.config import SERVER_PLACEMENT_ENV, load_params
     from lab.engine.ports import free_port
@@ -109,7 +113,7 @@ def _multi_node_ranks(stage: str, env: dict[str, str]) -> subprocess.Popen | Non
     env[next(k for k, v in SERVER_PLACEMENT_ENV.items() if v == "dist_init_addr")] = addr
     print(f"[lab] fleet: multi-node server over {n} nodes {nodes}: --dist-init-addr {addr} (node 0); "
           f"ranks 1..{n - 1} on the other nodes", flush=True)
-    return subprocess.Popen(srun_ranks_argv(stage.split("@", 1)[1], n, sys.executable), env=env)
+    return subprocess.Popen(srun_ranks_argv(bench[0], n, sys.executable), env=env)
 
 
 def _end_runs(sweep: Sweep, job_id: str, status: str) -> None:

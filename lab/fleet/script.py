@@ -8,7 +8,7 @@ lines hold the whole request; its body clones the sweep's commit into the job's 
 
 Resources, honestly sized (:func:`stage_resources`):
 
-- ``bench@<mode>`` with ``engine: sglang``: ``server.nnodes`` whole nodes (``--exclusive``)
+- ``bench@<mode>`` (and ``bench_launch@<n>-<mode>``, a later launch of it) with ``engine: sglang``: ``server.nnodes`` whole nodes (``--exclusive``)
   with ``ceil(model.tp_size / nnodes)`` GPUs each, or with ``share`` only those GPUs
   (``--gpus-per-node``) and the CPUs asked for, so other teams' jobs may use the rest;
 - ``bench@<mode>`` with the emulator, ``compare``: CPUs and memory only, no GPU;
@@ -103,10 +103,13 @@ class Resources:
 
 
 def stage_resources(stage: str, params: LabParams, opts: Options) -> Resources:
-    """The request of ``stage`` (``bench@<mode>``, ``physics``, ``compare``): module docstring."""
+    """The request of ``stage`` (``bench@<mode>``, ``bench_launch@<n>-<mode>``, ``physics``,
+    ``compare``): module docstring."""
+    from lab.config.paths import bench_stage_launch
+
     gpu_sweep = params.engine == "sglang"
     base = Resources(cpus_per_task=opts.cpus_per_task, mem=opts.mem, time=opts.time or "01:00:00")
-    if stage.startswith("bench@") and gpu_sweep:
+    if bench_stage_launch(stage) and gpu_sweep:
         nnodes = params.server.nnodes
         return Resources(nodes=nnodes, gpus_per_node=math.ceil(params.model.tp_size / nnodes),
                          exclusive=not opts.share, cpus_per_task=opts.cpus_per_task, mem=opts.mem,

@@ -24,7 +24,8 @@ class ModeResult:
     """Everything one mode's benchmark produced; ``None`` fields were not reached.
 
     ``result.json`` keys, in order: ``status`` (``"failed"`` until all succeeded, then
-    ``"ok"``), ``mode``, ``engine``, ``mlflow_run_id``, ``server_command``, ``dataset`` (where
+    ``"ok"``), ``mode``, ``engine``, ``launch`` (this engine start's number, 1-based) of
+    ``launches`` (``bench.launches``), ``mlflow_run_id``, ``server_command``, ``dataset`` (where
     the prompts came from, their SHA-256 and per-index categories:
     :func:`lab.workload.sources.load_bench_prompts`), ``preflight``,
     ``environment_tags``, ``startup`` (phases, ``startup_s``), ``startup_s`` (s),
@@ -42,6 +43,8 @@ class ModeResult:
     status: str = "failed"
     mode: str
     engine: str
+    launch: int = 1
+    launches: int = 1
     mlflow_run_id: str | None = None
     server_command: str | None = None
     dataset: dict[str, Any] | None = None

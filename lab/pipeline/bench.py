@@ -51,12 +51,15 @@ __all__ = ["run_mode", "launch_setup"]
 
 
 def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[str], *,
-             log=print) -> dict[str, Any]:
+             launch: int = 1, log=print) -> dict[str, Any]:
     """Benchmark one mode and record it.
 
     :param params: validated params (a papermill-injected mode slice already merged).
     :param mode_name: key in ``params.modes``.
-    :param results_dir: ``results/<mode>`` (relative paths resolve against the repo root).
+    :param results_dir: ``results/<mode>`` (relative paths resolve against the repo root), or
+        :func:`lab.config.launch_results_dir` of a later launch.
+    :param launch: which of ``bench.launches`` this engine start is (``result.json`` ``launch``,
+        the MLflow tag ``launch`` and the run name say it).
     :returns: the ``result.json`` content (``status`` ``ok``); ``metrics.json`` holds its
         flat headline for DVC.
     :raises BenchError, ServerError, TrackingError, DatasetError, ParamsError, PreflightError:
@@ -70,12 +73,14 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     check_writable(out)
     prompts, dataset_info = load_bench_prompts(params.bench, root)  # file or HF id (lab/workload/sources.py)
     tracker = Tracker.from_params(params, root)  # this stage's MLflow client and parent run
-    run = tracker.open_run(mode_run_name(params, mode_name), run_tags(params, mode=mode_name), base=out)
+    of = params.bench.launches
+    run = tracker.open_run(mode_run_name(params, mode_name) + (f" | launch {launch}/{of}" if of > 1 else ""),
+                           {**run_tags(params, mode=mode_name), "launch": str(launch)}, base=out)
     truth_path = out / "ground_truth.jsonl" if engine_for(params).ground_truth else None
     cmd = build_server_command(params, mode_name, ground_truth_file=truth_path,
                                prompt_file=emulator_prompt_file(params.bench, prompts, root, out) if engine_for(params).modelled else None)
-    res = ModeResult(mode=mode_name, engine=params.engine, mlflow_run_id=run.run_id, server_command=cmd.display(),
-                     dataset=dataset_info)
+    res = ModeResult(mode=mode_name, engine=params.engine, launch=launch, launches=of, mlflow_run_id=run.run_id,
+                     server_command=cmd.display(), dataset=dataset_info)
     try:
         # every params.yaml leaf of this mode, and which content the dataset had (HF fingerprint)
         run.log_params({**mode_run_params(params, mode_name), **dataset_params(dataset_info)})

@@ -1,4 +1,5 @@
-"""DVC entry point of the ``bench@<mode>`` stages: ``python -m lab.pipeline.bench_stage --mode <name>``.
+"""DVC entry point of the ``bench@<mode>`` stages: ``python -m lab.pipeline.bench_stage --mode <name>``,
+and of ``bench_launch@<n>-<mode>`` (launch ``n`` of ``bench.launches``): the same with ``--launch <n>``.
 
 Imports only what one mode's benchmark runs (its preflight, the engine command and process,
 the runner in :mod:`lab.pipeline.stage`); the notebook ``notebooks/bench.ipynb`` imports the
@@ -12,7 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from lab.config import LabParams
+from lab.config import LabParams, ParamsError, launch_results_dir
+from lab.config.paths import LAUNCH_STAGE
 from lab.pipeline.stage import PreflightFailed, Stage, stage_main
 
 __all__ = ["bench_stage", "main", "MODE_FILES", "mode_result_complete", "check_inputs_tracked"]
@@ -22,13 +24,19 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def bench_stage(params: LabParams, mode: str) -> Stage:
-    """The ``bench@<mode>`` stage: notebook ``bench`` with the mode's params, results in
-    ``results/<mode>``.
+def bench_stage(params: LabParams, mode: str, launch: int = 1) -> Stage:
+    """The ``bench@<mode>`` stage (launch 1, results in ``results/<mode>``) or
+    ``bench_launch@<n>-<mode>`` (launch ``n`` of ``bench.launches``, results in
+    ``results/launches/<n>/<mode>``: :func:`lab.config.launch_results_dir`): notebook ``bench``
+    with the mode's params.
 
-    :raises ParamsError: unknown mode.
+    :raises ParamsError: unknown mode, or a launch outside 1..``bench.launches``.
     """
     slice_ = params.mode(mode).model_dump(mode="json")
+    if not 1 <= launch <= params.bench.launches:
+        raise ParamsError(f"--launch {launch}: bench.launches is {params.bench.launches}. Fix: pass a launch in "
+                          f"1..{params.bench.launches}, or raise bench.launches (`lab launches N`)")
+    results_dir = launch_results_dir(mode, launch)
 
     def preflight(params: LabParams, root: Path, out_dir: Path) -> None:
         """Seconds-long checks before papermill starts a kernel (issue 11: a stage that cannot
@@ -60,8 +68,9 @@ def bench_stage(params: LabParams, mode: str) -> Stage:
 
         stop_stale_servers(log=_log)
 
-    return Stage(dvc_name="bench", notebook="bench", results_dir=f"results/{mode}",
-                 parameters={"mode_name": mode, "mode": slice_}, complete=mode_result_complete, owned=MODE_FILES,
+    return Stage(dvc_name="bench" if launch == 1 else LAUNCH_STAGE, notebook="bench", results_dir=results_dir,
+                 parameters={"mode_name": mode, "mode": slice_, "launch": launch},
+                 complete=mode_result_complete, owned=MODE_FILES,
                  preflight=preflight, cleanup=cleanup)
 
 
@@ -106,13 +115,15 @@ def mode_result_complete(work: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: ``python -m lab.pipeline.bench_stage --mode NAME [--params FILE]``; exit code as
+    """CLI: ``python -m lab.pipeline.bench_stage --mode NAME [--launch N] [--params FILE]``; exit code as
     :func:`lab.pipeline.stage.stage_main`."""
-    ap = argparse.ArgumentParser(prog="python -m lab.pipeline.bench_stage", description="run the bench@<mode> DVC stage (validate params, preflight, notebook)")
+    ap = argparse.ArgumentParser(prog="python -m lab.pipeline.bench_stage", description="run the bench@<mode> (or bench_launch@<n>-<mode>) DVC stage (validate params, preflight, notebook)")
     ap.add_argument("--mode", required=True, help="mode name from params.yaml")
+    ap.add_argument("--launch", type=int, default=1, help="which of bench.launches (default 1: results/<mode>)")
     ap.add_argument("--params", help="params file (default: <repo>/params.yaml)")
     args = ap.parse_args(argv)
-    return stage_main(f"bench {args.mode}", lambda params: bench_stage(params, args.mode), args.params)
+    where = f"bench {args.mode}" + (f" launch {args.launch}" if args.launch != 1 else "")
+    return stage_main(where, lambda params: bench_stage(params, args.mode, args.launch), args.params)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lab.analysis.comparison import (add_lossless, engine_caption, lean_numbers, load_results, requests_frame,
-                                  runs_frame, summarize)
+from lab.analysis.comparison import (add_lossless, engine_caption, interval_note, launch_unit_frame, lean_numbers,
+                                     load_launches, load_results, requests_frame, runs_frame, summarize)
 from lab.analysis.load import add_load
 from lab.analysis.paired import add_paired
 from lab.config import LabParams, repo_root
@@ -56,18 +56,24 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     rep_dir = Path(reports_dir) if Path(reports_dir).is_absolute() else root / reports_dir
     (rep_dir / "figures").mkdir(parents=True, exist_ok=True)
     results = load_results(res_dir, modes)
-    runs = runs_frame(res_dir, modes)
+    launches = params.bench.launches  # >= 2: launches 2..N under results/launches/ (lab/analysis/launches.py)
+    if launches > 1:
+        load_launches(res_dir, modes, launches)  # every launch there and ok, or a CompareError naming its stage
+    runs = runs_frame(res_dir, modes, launches)
     baseline = params.baseline_mode if params.baseline_mode in modes else None
     summary = summarize(results, runs, baseline)
-    add_paired(summary, res_dir, baseline)  # per-prompt speedup beside the per-repeat one
+    # per-prompt speedup beside the per-repeat one, clustered by launch or repeat where requests share them
+    add_paired(summary, res_dir, baseline, launches=launches, results=results)
     summary["caption"] = engine_caption(results, params.emulator.profile)
+    summary["interval_note"] = interval_note(summary)  # what the intervals span, on every figure
+    runs_drawn = launch_unit_frame(runs)  # figures' error bars over the same units as the intervals
     summary["effective_config"] = {m: r.get("effective_config") for m, r in results.items()}
     summary["warnings"] = {m: r["warnings"] for m, r in results.items() if r.get("warnings")}  # hygiene, per mode
     add_lossless(summary, res_dir, modes, baseline, bench=params.bench, lossless=params.lossless,  # issue 15
                  simulated={m for m, p in params.modes.items() if p.simulate_accept_length is not None})
-    summary["figures"] = figures.draw_all(primary_runs(runs), requests_frame(res_dir, modes), primary_summary(summary),
-                                          rep_dir / "figures")
-    summary["figures"].update(report.explain_figures(params.modes, runs, summary, rep_dir / "figures"))
+    summary["figures"] = figures.draw_all(primary_runs(runs_drawn), requests_frame(res_dir, modes),
+                                          primary_summary(summary), rep_dir / "figures")
+    summary["figures"].update(report.explain_figures(params.modes, runs_drawn, summary, rep_dir / "figures"))
     from lab.analysis.taskmix import add_taskmix, taskmix_metrics  # per prompt category
     from lab.report.task_categories import draw_taskmix, write_categories_csv
 

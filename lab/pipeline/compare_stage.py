@@ -42,14 +42,15 @@ def compare_stage(params: LabParams, params_file: str | None = None) -> Stage:
     check_sweep_current(Path(params_file) if params_file else repo_root() / "params.yaml")
 
     def preflight(params: LabParams, root: Path, out_dir: Path) -> None:
-        """Every mode's ``result.json`` exists and says ``ok``.
+        """Every mode's ``result.json`` exists and says ``ok``, in each of ``bench.launches`` launches.
 
-        :raises PreflightFailed: naming the missing or failed mode.
+        :raises PreflightFailed: naming the missing or failed mode (and launch).
         """
-        from lab.analysis.comparison import CompareError, load_results
+        from lab.analysis.comparison import CompareError, load_launches, load_results
 
         try:
             load_results(root / "results", list(params.modes))
+            load_launches(root / "results", list(params.modes), params.bench.launches)
         except CompareError as exc:
             raise PreflightFailed(f"stage compare: {exc}") from None
 

@@ -59,7 +59,8 @@ def _fmt_speedup(s: dict[str, Any] | None) -> str | None:
     if not s:
         return None
     num = lambda v: None if v is None or v != v else float(v)  # noqa: E731  (NaN -> None)
-    return format_speedup(num(s.get("ratio")), num(s.get("ci95_lo")), num(s.get("ci95_hi")), s.get("verdict"))
+    return format_speedup(num(s.get("ratio")), num(s.get("ci95_lo")), num(s.get("ci95_hi")), s.get("verdict"),
+                          scope=s.get("scope"), note=s.get("note"))  # what the interval spans, e.g. "within one launch"
 
 
 def _mean(e: dict[str, Any], key: str) -> float | None:

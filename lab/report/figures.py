@@ -1,8 +1,10 @@
 """Seaborn comparison figures. Every figure carries a caption naming the engine.
 
-Error bars are 95 % Student-t intervals over repeats (:func:`lab.analysis.stats.mean_ci`); speedups
-carry Welch log-ratio intervals (:func:`lab.analysis.stats.ratio_ci`). When two modes resolved to the
-same effective configuration, the caption says so.
+Error bars are 95 % Student-t intervals over the rows drawn (:func:`lab.analysis.stats.mean_ci`): the
+repeats of one launch, or the launch means with ``bench.launches`` >= 2
+(:func:`lab.analysis.comparison.launch_unit_frame`); speedups carry the comparison's intervals. The
+caption says what the intervals span (``summary["interval_note"]``) and, when two modes resolved to
+the same effective configuration, says so.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def t_interval(values) -> tuple[float, float]:
 
 def caption(fig, summary: dict[str, Any]) -> None:
     """Engine caption (and the identical-configuration notice) under the axes."""
-    paras = [summary.get("caption", "")] + ([summary["notice"]] if summary.get("notice") else [])
+    paras = [summary.get("caption", "")] + [summary[k] for k in ("interval_note", "notice") if summary.get(k)]
     lines = [line for p in paras for line in textwrap.wrap(p, 125)]
     bottom = 0.02 + 0.032 * len(lines)
     fig.tight_layout(rect=(0, bottom, 1, 1))
@@ -55,7 +57,7 @@ def decode_tok_s_figure(runs: pd.DataFrame, summary: dict[str, Any]):
     """Per-request decode tok/s (median per run) by mode, one bar group per concurrency level."""
     fig, ax = plt.subplots(figsize=(8.5, 5.2))
     _ci_bars(ax, runs, "decode_tok_s", "concurrency", summary, palette="viridis")
-    ax.set_ylabel("decode tok/s per request (mean of repeats, 95 % CI)")
+    ax.set_ylabel("decode tok/s per request (mean, 95 % CI)")
     ax.set_title("Decode throughput by mode")
     caption(fig, summary)
     return fig

@@ -96,7 +96,7 @@ Transformers via Speculative Decoding"; EAGLE-3, Li et al. 2025).</p>
 <p>Each request matched with the baseline's at the same point, repeat, slot and prompt (lab/analysis/lossless.py);
 first divergence: the first differing token position (0-based), the earliest over that prompt's requests.</p>
 {{ lossless_table | safe }}{% endif %}
-<h2>Summary (mean [95 % CI] over repeats; speedup: Welch log-ratio 95 % CI over repeats; paired: per prompt)</h2>
+<h2>Summary (mean [95 % CI]; speedup: Welch log-ratio 95 % CI; paired: per prompt, repeat or launch; "intervals": over launch means, or within one launch)</h2>
 {{ table | safe }}
 <h2>Figures</h2>
 {% for f in figures %}<figure><img alt="{{ f.name }}" src="data:image/png;base64,{{ f.b64 }}"><figcaption>{{ f.name }}</figcaption></figure>
@@ -111,7 +111,8 @@ first divergence: the first differing token position (0-based), the earliest ove
 def summary_html(summary: dict[str, Any]) -> str:
     """The report's summary table: one row per mode x point with its axes, the mean [95 % CI] of
     each metric :mod:`lab.catalog` shows in ``report``, then each of their speedups over the
-    baseline (:func:`lab.report.tables.table_columns`)."""
+    baseline (:func:`lab.report.tables.table_columns`), then "intervals": what the row's
+    intervals span (a speedup spanning something else says so in its cell)."""
     metrics, speedups = table_columns(catalog.REPORT)
     baseline = summary.get("baseline")
     rows = []
@@ -124,7 +125,8 @@ def summary_html(summary: dict[str, Any]) -> str:
                 row[m.header] = "-" if est is None else est.text(m.digits)
             for m, kind in speedups:
                 row[catalog.speedup_label(m, kind)] = speedup_cell(
-                    Ratio.from_dict(e.get(catalog.speedup_key(m.name, kind))), mode, baseline)
+                    Ratio.from_dict(e.get(catalog.speedup_key(m.name, kind))), mode, baseline, e.get("interval_scope"))
+            row["intervals"] = e.get("interval_scope") or "-"
             rows.append(row)
     return pd.DataFrame(rows).to_html(index=False, escape=True, border=0)
 

@@ -73,9 +73,12 @@ def write_summary_markdown(path: Path, answer: str, rows: list[dict[str, Any]], 
 
 def write_comparison_json(rep_dir: Path, summary: dict[str, Any], lean: dict[str, float]) -> None:
     """``comparison.json`` (the summary without its flat ``rows``) and ``summary.json`` (the
-    flat numbers ``lean``, the DVC metrics file) under ``rep_dir``, atomically."""
+    flat numbers ``lean``, the DVC metrics file, with what each interval spans beside them:
+    :func:`lab.analysis.comparison.scope_labels`) under ``rep_dir``, atomically."""
+    from lab.analysis.comparison import scope_labels
+
     write_json_atomic(rep_dir / "comparison.json", {k: v for k, v in summary.items() if k != "rows"})
-    write_json_atomic(rep_dir / "summary.json", lean)
+    write_json_atomic(rep_dir / "summary.json", {**lean, **scope_labels(summary)})
 
 
 def table_columns(place: str) -> tuple[list[catalog.Metric], list[tuple[catalog.Metric, str]]]:
@@ -85,9 +88,11 @@ def table_columns(place: str) -> tuple[list[catalog.Metric], list[tuple[catalog.
     return shown, [(m, kind) for m in shown for kind in m.speedups]
 
 
-def speedup_cell(r: Ratio | None, mode: str | None, baseline: str | None) -> str:
-    """A speedup as a table shows it: its text, ``"reference"`` on the baseline's rows, else ``"-"``."""
-    text = r.text() if r is not None else None
+def speedup_cell(r: Ratio | None, mode: str | None, baseline: str | None, row_scope: str | None = None) -> str:
+    """A speedup as a table shows it: its text, ``"reference"`` on the baseline's rows, else ``"-"``.
+    Its scope (what the interval spans) is said unless it is ``row_scope``, the one the row's
+    "intervals" column states."""
+    text = r.text(scope=r.scope != row_scope) if r is not None else None
     return text or ("reference" if baseline and mode == baseline else "-")
 
 
@@ -98,22 +103,28 @@ def summary_markdown(rows: list[dict[str, Any]], baseline: str | None = None) ->
     the baseline with intervals and verdicts (decode tok/s also paired prompt by prompt,
     :mod:`lab.analysis.paired`).
 
+    The last column, "intervals", says what the row's intervals span (``interval_scope``: "within
+    one launch", "across 3 launches"); a speedup whose interval spans something else (a launch
+    spread borrowed from earlier launches) says so in its cell.
+
     :param rows: ``summarize(...)["rows"]`` or the rows of ``reports/summary.csv`` (strings
         are parsed; empty cells print as ``-``).
     :param baseline: the baseline mode's name (its rows say "reference").
     """
     metrics, speedups = table_columns(catalog.TABLE)
     head = ["mode", "point", *(m.header + (" [95 % CI]" if m.speedups else "") for m in metrics),
-            *(catalog.speedup_label(m, kind) + " [95 % CI]" for m, kind in speedups)]
+            *(catalog.speedup_label(m, kind) + " [95 % CI]" for m, kind in speedups), "intervals"]
     lines = ["| " + " | ".join(head) + " |",
-             "| --- | --- | " + " | ".join(["---:"] * len(metrics) + ["---"] * len(speedups)) + " |"]
+             "| --- | --- | " + " | ".join(["---:"] * len(metrics) + ["---"] * len(speedups) + ["---"]) + " |"]
     for r in rows:
+        scope = r.get("interval_scope") or None
         cells = [str(r.get("mode")), str(r.get("point") or f"c{r.get('concurrency')}")]
         for m in metrics:
             est = Estimate.from_columns(r, m.name)
             cells.append("-" if est is None else est.text(m.digits, interval=bool(m.speedups)))
-        cells += [speedup_cell(Ratio.from_columns(r, catalog.speedup_key(m.name, kind)), r.get("mode"), baseline)
-                  for m, kind in speedups]
+        cells += [speedup_cell(Ratio.from_columns(r, catalog.speedup_key(m.name, kind)), r.get("mode"), baseline,
+                               scope) for m, kind in speedups]
+        cells.append(scope or "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -37,7 +37,8 @@ def taskmix_lines(comparison: dict[str, Any]) -> list[str]:
     if not tm or not tm.get("rows"):
         return []
     lines = [f"Per task category (accept length; paired decode tok/s speedup over {comparison.get('baseline')}) "
-             f"[95 % CI across prompts; no interval with fewer than {tm.get('min_prompts')} prompts]:"]
+             f"[95 % CI across the prompts of launch 1, within one launch; no interval with fewer than "
+             f"{tm.get('min_prompts')} prompts]:"]
     min_n = int(tm.get("min_prompts") or 0)
     first_point: dict[str, str] = {}
     for r in tm["rows"]:

@@ -30,10 +30,11 @@ def test_summary_markdown_known_numbers():
     base, spec = table[2], table[3]
     # mean 82 with a t-interval of 2 +/- 4.303 * 2 / sqrt(3)
     assert base.startswith("| base | c1 | 82.0 [77.0, 87.0] | 81.0 [76.0, 86.0] | - | - | 12.2 |")
-    assert base.endswith("| reference | reference |")
+    assert base.endswith("| reference | reference | within one launch |")  # one launch per mode: said
+    assert table[0].endswith("| intervals |")
     cells = [c.strip() for c in spec.strip("|").split("|")]
     assert cells[:7] == ["spec", "c1", "97.0 [94.5, 99.5]", "96.0 [93.5, 98.5]", "1.90", "18.0", "20.0"]
-    assert cells[7].startswith("1.18x [") and cells[7].endswith("faster")
+    assert cells[7].startswith("1.18x [") and cells[7].endswith("faster") and cells[-1] == "within one launch"
 
 
 def test_summary_markdown_same_from_csv(tmp_path):

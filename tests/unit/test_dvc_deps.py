@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Files under lab/ that a stage reads as data (not imports): the emulator's cost profiles
 #: (``lab/emulator/profile.py`` resolves ``profile: <name>`` to ``profiles/<name>.json``; the
 #: bench preflight checks it exists).
-DATA_DEPS = {"bench": {"lab/emulator/profiles"}}
+DATA_DEPS = {"bench": {"lab/emulator/profiles"}, "bench_launch": {"lab/emulator/profiles"}}  # launches 2..N: the same stage
 
 
 def module_file(name: str) -> Path | None:

@@ -71,6 +71,9 @@ def test_resources_are_what_each_stage_needs(tmp_path):
     assert not shared.exclusive and "--cpus-per-task=16" in shared.sbatch_lines()
     assert stage_resources("physics", sg, Options()).gpus_per_node == 8
     assert stage_resources("compare", sg, Options()).gpus_per_node == 0
+    # a later launch of a mode (bench.launches >= 2) is a bench job like the first
+    later = stage_resources("bench_launch@2-eagle3_decode", sg, Options())
+    assert (later.nodes, later.gpus_per_node, later.exclusive) == (2, 8, True)
     text = _render(sg, "bench@eagle3_decode", Options(partition="gpu", account="team", time="02:00:00"), [])
     for line in ("--partition=gpu", "--account=team", "--time=02:00:00", "--nodes=2", "--exclusive"):
         assert f"#SBATCH {line}" in text

@@ -109,14 +109,51 @@ def test_goodput_speedup_and_zero_cases():
 
 def test_goodput_speedup_paired_by_repeat():
     # repeat k replays the same arrivals in both modes: the schedule's spread is shared, the ratio is steady
-    base, other = [2.0, 4.0, 6.0], [2.4, 4.8, 7.2]
+    base, other = [2.0, 4.0, 6.0], [2.4, 4.9, 7.2]
     unpaired = goodput_speedup(base, other)
     paired = goodput_speedup(base, other, paired=True)
     assert unpaired["verdict"] == "not distinguishable" and not unpaired["paired"]
-    assert paired["paired"] and paired["ratio"] == pytest.approx(1.2) and paired["verdict"] == "faster"
-    assert paired["ci95_lo"] == pytest.approx(1.2) == paired["ci95_hi"]  # the same ratio in every repeat
+    assert paired["paired"] and paired["ratio"] == pytest.approx((1.2 * 1.225 * 1.2) ** (1 / 3))
+    assert 1.0 < paired["ci95_lo"] < paired["ratio"] < paired["ci95_hi"] and paired["verdict"] == "faster"
     # a zero goodput cannot be paired on the log scale: the unpaired rules apply
     assert goodput_speedup([0, 0, 0], [1.0, 1.1, 0.9], paired=True) == {**goodput_speedup([0, 0, 0], [1.0, 1.1, 0.9])}
+
+
+@pytest.mark.parametrize("paired", [False, True])
+def test_no_spread_is_no_interval_and_no_confident_verdict(paired):
+    """Issue 22: goodput 4, 4, 4 against 3.5, 3.5, 3.5 (7 of 8 requests good in every repeat) was
+    "0.875x [0.875, 0.875] slower"; three repeats of a saturated count show no precision."""
+    s = goodput_speedup([4.0, 4.0, 4.0], [3.5, 3.5, 3.5], paired=paired)
+    assert s["ratio"] == pytest.approx(0.875) and s["ci95_lo"] is None and s["ci95_hi"] is None
+    assert s["verdict"] == "not distinguishable" and "no spread, no interval" in s["note"]
+    from lab.analysis.estimates import Ratio
+
+    text = Ratio.from_dict(s).text()
+    assert "[0.88" not in text and "slower" not in text and text.startswith("0.88x not distinguishable (")
+    # an exact ratio from rounding-level spread (2.4 / 2 vs 4.8 / 4) is no interval either
+    assert goodput_speedup([2.0, 4.0, 6.0], [2.4, 4.8, 7.2], paired=True)["ci95_lo"] is None
+    # one repeat: no interval, and nothing to say about spread
+    assert "note" not in goodput_speedup([4.0], [3.5])
+
+
+def test_goodput_speedup_across_launches_uses_launch_rounds():
+    from lab.analysis.load import goodput_speedup_launches
+
+    # the ratio is 1.2 in launch 1 and 1.1 in launch 2 (a launch effect): the unit is the round
+    base = [[2.0, 4.0, 6.0], [2.0, 4.0, 6.0]]
+    other = [[2.4, 4.8, 7.3], [2.2, 4.4, 6.6]]
+    s = goodput_speedup_launches(base, other, paired=True)
+    assert s["scope"] == "across 2 launches" and s["unit"] == "launch" and s["paired"]
+    r1 = sum(math.log(o / b) for b, o in zip(base[0], other[0])) / 3
+    r2 = sum(math.log(o / b) for b, o in zip(base[1], other[1])) / 3
+    assert s["ratio"] == pytest.approx(math.exp((r1 + r2) / 2))
+    # two units with t(1 df) = 12.7: the 20 %/10 % launch-to-launch change leaves it undecided
+    assert s["ci95_lo"] < 1.0 < s["ci95_hi"] and s["verdict"] == "not distinguishable"
+    # per repeat the same 18 % pooled (six repeats, one launch's scope) would have said "faster"
+    within = goodput_speedup([v for g in base for v in g], [v for g in other for v in g], paired=True)
+    assert within["verdict"] == "faster"
+    one = goodput_speedup_launches(base[:1], other[:1], paired=True)
+    assert one["scope"] == "within one launch" and one["unit"] == "repeat"
 
 
 def test_pareto_front():
@@ -138,9 +175,11 @@ SLO = {"ttft_ms": 500.0, "tpot_ms": 20.0}
     ({2.0: "faster", 4.0: "faster", 12.0: "not distinguishable"},
      "eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): goodput speedup's "
      "95 % interval above 1 at 2 req/s, 4 req/s; not distinguishable (interval includes 1) at 12 req/s."),
+    # issue 22: "up to 4" while the 2 req/s interval includes 1 was wrong: it must hold at every rate up to N
     ({2.0: "not distinguishable", 4.0: "faster", 12.0: "slower"},
-     "eagle3_decode beats baseline up to 4 req/s at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): goodput speedup's "
-     "95 % interval above 1 at 4 req/s; not distinguishable (interval includes 1) at 2 req/s; worse (interval below 1) at 12 req/s."),
+     "eagle3_decode beats baseline at 4 req/s but not at every lower rate at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
+     "goodput speedup's 95 % interval above 1 at 4 req/s; not distinguishable (interval includes 1) at 2 req/s; "
+     "worse (interval below 1) at 12 req/s."),
     ({4.0: "slower", 12.0: "not distinguishable"},
      "eagle3_decode does not beat baseline at any measured rate at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
      "not distinguishable (interval includes 1) at 12 req/s; worse (interval below 1) at 4 req/s."),
@@ -148,7 +187,7 @@ SLO = {"ttft_ms": 500.0, "tpot_ms": 20.0}
      "eagle3_decode is not distinguishable from baseline at any measured rate at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
      "not distinguishable (interval includes 1) at 4 req/s, 12 req/s."),
     ({4.0: "slower", 12.0: "faster"},
-     "eagle3_decode beats baseline only above a rate where it is worse at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
+     "eagle3_decode beats baseline at 12 req/s but not at every lower rate at this SLO (TTFT <= 500 ms, TPOT <= 20 ms): "
      "goodput speedup's 95 % interval above 1 at 12 req/s; worse (interval below 1) at 4 req/s."),
 ])
 def test_beats_sentence(verdicts, expected):
@@ -168,8 +207,14 @@ def test_beats_sentence_states_each_ratio():
 def test_beats_up_to_and_no_rates():
     assert beats_up_to({1.0: "faster", 2.0: "slower", 8.0: "faster"})["up_to_req_s"] == 1.0
     assert beats_up_to({})["up_to_req_s"] is None
-    same = {4.0: {"ratio": 1.0, "ci95_lo": 1.0, "ci95_hi": 1.0, "verdict": "not distinguishable"}}
-    assert "4 req/s (1.00x [1.00, 1.00], the same goodput in every repeat)" in beats_sentence("m", "b", same, SLO)
+    # "up to N" holds at every measured rate up to N: a tie below N ends it
+    assert beats_up_to({2.0: "faster", 4.0: "not distinguishable", 8.0: "faster"})["up_to_req_s"] == 2.0
+    assert beats_up_to({2.0: "not distinguishable", 8.0: "faster"})["up_to_req_s"] is None
+    ceiling = "every request met the SLO in every repeat of both modes: a ceiling"
+    same = {4.0: {"ratio": 1.0, "ci95_lo": None, "ci95_hi": None, "verdict": "not distinguishable", "note": ceiling}}
+    assert f"4 req/s (1.00x, {ceiling})" in beats_sentence("m", "b", same, SLO)
+    scoped = {4.0: {**same[4.0], "scope": "within one launch"}}
+    assert "TPOT <= 20 ms) [within one launch]: " in beats_sentence("m", "b", scoped, SLO)
     assert "no request rate measured" in beats_sentence("m", "baseline", {}, {"ttft_ms": 1.0, "tpot_ms": None})
     assert "TTFT <= 1 ms)" in beats_sentence("m", "baseline", {1.0: "faster"}, {"ttft_ms": 1.0, "tpot_ms": None})
 
@@ -241,6 +286,12 @@ def test_add_load_goodput_sentence_and_pareto_rows():
         ("eagle3_decode", "c1", "concurrency", True), ("eagle3_decode", "r4", "rate", True)}
     row = next(r for r in summary["rows"] if (r["mode"], r["point"]) == ("eagle3_decode", "r4"))
     assert row["verdict_goodput_req_s"] == "not distinguishable" and row["request_rate"] == 4.0
+    assert row["speedup_goodput_req_s_scope"] == "within one launch"
+    # c1: every request of every repeat met the SLO in both modes: 1.00x is a ceiling, said so, no interval
+    c1 = summary["modes"]["eagle3_decode"]["c1"]["speedup_goodput_req_s"]
+    assert c1["ratio"] == 1.0 and c1["ci95_lo"] is None and "a ceiling" in c1["note"]
+    assert summary["modes"]["eagle3_decode"]["c1"]["slo_attainment"]["ci95_hi"] != summary["modes"][
+        "eagle3_decode"]["c1"]["slo_attainment"]["ci95_hi"]  # NaN: no zero-width [1.0, 1.0]
     # no rate point measured: goodput per point still, but no sentence
     closed = _frame(rate_points=False)
     s2 = _summary(closed)

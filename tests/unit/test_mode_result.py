@@ -29,7 +29,8 @@ def test_to_dict_is_result_json_only_set_keys_in_order():
     r.records.append({"rid": "a"})
     r.version_tags = {"sglang_version": "emulator"}
     r.warnings = []  # set, even empty, is kept
-    assert list(r.to_dict()) == ["status", "mode", "engine", "mlflow_run_id", "server_command", "warnings"]
+    assert list(r.to_dict()) == ["status", "mode", "engine", "launch", "launches", "mlflow_run_id", "server_command",
+                                 "warnings"]
     assert r.to_dict()["status"] == "failed"
 
 

@@ -138,3 +138,35 @@ def test_format_speedup():
     assert format_speedup(1.1747, 1.161, 1.182, "faster") == "1.17x [1.16, 1.18] faster"
     assert format_speedup(0.9, None, None, None) == "0.90x"
     assert format_speedup(None, 1.0, 1.1, "faster") is None
+
+
+def test_no_spread_is_no_interval():
+    """Issue 22: a zero-width interval from identical values claimed a precision three repeats of
+    a saturated quantity cannot show; the verdict then is not a confident one."""
+    m, lo, hi = mean_ci([4.0, 4.0, 4.0])
+    assert m == 4.0 and math.isnan(lo) and math.isnan(hi)
+    r, lo, hi = ratio_ci([4.0, 4.0, 4.0], [3.5, 3.5, 3.5])
+    assert r == pytest.approx(0.875) and math.isnan(lo) and verdict(r, lo, hi) == "not distinguishable"
+    # rounding-level spread (2.4/2, 4.8/4, 7.2/6 as floats) is no spread either
+    from lab.analysis.stats import log_ratio_ci, metric_ci
+
+    assert math.isnan(log_ratio_ci([math.log(o / b) for b, o in ((2.0, 2.4), (4.0, 4.8), (6.0, 7.2))])[1])
+    assert math.isnan(metric_ci("slo_attainment", [1.0, 1.0, 1.0])[2])  # a ceiling, not [1.0, 1.0]
+    assert not math.isnan(mean_ci([4.0, 4.0, 4.1])[1])
+
+
+def test_spread_ratio_ci_and_cluster_ci_known_values():
+    from scipy import stats as st
+
+    from lab.analysis.stats import cluster_log_ratio_ci, log_ratio_ci, spread_ratio_ci
+
+    r, lo, hi = spread_ratio_ci(1.2, [(0.02, 5), (0.02, 5)])
+    se = math.sqrt(2) * 0.02  # equal spreads: df = 2 (n - 1) = 8
+    assert math.log(hi / r) == pytest.approx(st.t.ppf(0.975, 8) * se) and math.log(r / lo) == pytest.approx(
+        st.t.ppf(0.975, 8) * se)
+    assert all(math.isnan(v) for v in spread_ratio_ci(1.2, [(0.02, 1), (0.02, 5)])[1:])  # one earlier launch
+    assert all(math.isnan(v) for v in spread_ratio_ci(1.2, [(0.0, 5), (0.0, 5)])[1:])
+    # clusters: their means are the units, however many values each holds
+    clusters = {0: [0.1, 0.1, 0.1, 0.1], 1: [0.2], 2: [0.15, 0.15]}
+    assert cluster_log_ratio_ci(clusters) == pytest.approx(log_ratio_ci([0.1, 0.2, 0.15]))
+    assert math.isnan(cluster_log_ratio_ci({0: [0.1, 0.3]})[1])  # one cluster: no interval
