@@ -173,7 +173,7 @@ METRICS: dict[str, Metric] = _declare(
     Metric("p99_dispatch_delay_ms", "dispatch delay p99", "ms", "client"),
     Metric("goodput_req_s", "goodput", "req/s", "load", better="higher", digits=2,
            shown=frozenset({RESULT, SUMMARY, REPORT, MLFLOW}), speedups=("per_repeat",),
-           truth="requests whose truth TTFT and TPOT meet bench.slo / the offered duration"),
+           truth="requests whose truth TTFT (from the scheduled send) and TPOT meet bench.slo / the truth window"),
     Metric("goodput_tok_s", "goodput", "tok/s", "load", better="higher", shown=frozenset({RESULT, SUMMARY, MLFLOW})),
     Metric("slo_attainment", "SLO attainment", "share", "load", interval="fraction", better="higher",
            shown=frozenset({RESULT, SUMMARY, MLFLOW}), unit_in_header=False, digits=2),

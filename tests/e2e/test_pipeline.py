@@ -225,6 +225,7 @@ def test_dvc_repro_ends_with_the_answer(repo):
     pairs = SMALL_BENCH["num_prompts"] * points * SMALL_BENCH["repeats"]
     for mode in ("eagle3_prefill", "eagle3_decode"):
         assert comp["lossless"]["modes"][mode]["identical_share"] == 1.0
-    assert f"lossless: {pairs}/{pairs} outputs identical to baseline's token for token (100.0 %)" in answer
+    assert f"lossless: {pairs}/{pairs} identical to baseline's token for token (100.0 %) of {pairs} request pairs" \
+        in answer
     flat = json.loads((repo / "reports" / "summary.json").read_text())
     assert flat["eagle3_decode.lossless.identical_share"] == 1.0 and flat["eagle3_decode.lossless.pairs"] == pairs
