@@ -144,7 +144,8 @@ def _check_mode(mode: str, base: dict, other: dict, baseline: str, min_share: fl
            "first_divergence_token_min": min(firsts) if firsts else None,
            "first_divergence_token_median": statistics.median(firsts) if firsts else None,
            "divergent": divergent, "prompts": prompts,
-           "points": {p: {"pairs": n, "identical": k, "identical_share": k / n} for p, (n, k) in per_point.items()},
+           "points": {p: {"pairs": n, "identical": k, "identical_share": k / n,
+                          "total_pairs": sum(1 for key in keys if key[0] == p)} for p, (n, k) in per_point.items()},
            "passed": share >= min_share, "warning": None}
     if not out["passed"]:
         bad = [p for p in prompts if p["identical"] < p["pairs"]]
@@ -181,7 +182,7 @@ def check_lossless(records: Mapping[str, Iterable[Mapping[str, Any]]], baseline:
         "unmatched" (no partner or another prompt), "first_divergence_token_min", "first_divergence_token_median",
         "divergent": [{point, repeat, slot, prompt_index, first_divergence_token, tokens_baseline,
         tokens}], "prompts": [{prompt_index, head, pairs, identical, identical_share,
-        first_divergence_token_min}], "points": {point: {pairs, identical, identical_share}},
+        first_divergence_token_min}], "points": {point: {pairs, identical, identical_share, total_pairs}},
         "passed", "warning", "line"}}, "warnings": {mode: [text]}}``; ``line`` is
         :func:`summary_line` (what the answer prints). Token positions are 0-based.
     :raises ValueError: ``min_identical_share`` outside [0, 1].

@@ -24,7 +24,8 @@ class ModeResult:
     """Everything one mode's benchmark produced; ``None`` fields were not reached.
 
     ``result.json`` keys, in order: ``status`` (``"failed"`` until all succeeded, then
-    ``"ok"``), ``mode``, ``engine``, ``mlflow_run_id``, ``server_command``, ``dataset`` (where
+    ``"ok"``), ``mode``, ``engine``, ``provenance`` (what the numbers stand on:
+    :func:`lab.engine.registry.provenance`), ``mlflow_run_id``, ``server_command``, ``dataset`` (where
     the prompts came from, their SHA-256 and per-index categories:
     :func:`lab.workload.sources.load_bench_prompts`), ``preflight``,
     ``environment_tags``, ``startup`` (phases, ``startup_s``), ``startup_s`` (s),
@@ -42,6 +43,7 @@ class ModeResult:
     status: str = "failed"
     mode: str
     engine: str
+    provenance: dict[str, str] | None = None
     mlflow_run_id: str | None = None
     server_command: str | None = None
     dataset: dict[str, Any] | None = None

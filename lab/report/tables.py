@@ -44,14 +44,16 @@ def concurrency_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("point") == f"c{r.get('concurrency')}"]
 
 
-#: Columns of ``reports/lossless.csv``.
-LOSSLESS_COLUMNS = ("mode", "point", "mode_point", "pairs", "identical", "identical_share")
+#: Columns of ``reports/lossless.csv`` (the provenance columns, :data:`lab.analysis.provenance.COLUMNS`,
+#: follow ``mode``).
+LOSSLESS_COLUMNS = ("mode", "engine", "timing", "weights", "acceptance", "point", "mode_point", "pairs",
+                    "total_pairs", "identical", "identical_share")
 
 
 def lossless_rows(lossless: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Rows of ``reports/lossless.csv`` (``dvc plots``): one per checked mode x point with
-    ``mode``, ``point``, ``mode_point`` (the bar label), ``pairs``, ``identical`` and
-    ``identical_share`` (0-1: outputs equal to the baseline's token for token), read from
+    ``mode``, ``point``, ``mode_point`` (the bar label), ``pairs`` (compared), ``total_pairs`` (request
+    slots at that point, failed and unmatched ones included), ``identical`` and ``identical_share`` (0-1: outputs equal to the baseline's token for token), read from
     :func:`lab.analysis.lossless.check_lossless`'s ``modes[mode]["points"]``. Modes not
     checked (no ids, sampling, simulated acceptance) have no row; no check: no rows.
     """
@@ -61,7 +63,8 @@ def lossless_rows(lossless: dict[str, Any] | None) -> list[dict[str, Any]]:
             continue
         for point, p in (res.get("points") or {}).items():
             rows.append({"mode": mode, "point": point, "mode_point": f"{mode} {point}", "pairs": p["pairs"],
-                         "identical": p["identical"], "identical_share": p["identical_share"]})
+                         "total_pairs": p.get("total_pairs", p["pairs"]), "identical": p["identical"],
+                         "identical_share": p["identical_share"]})
     return rows
 
 

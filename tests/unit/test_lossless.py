@@ -45,8 +45,8 @@ def test_identical_outputs_pass():
     e = res["modes"]["eagle3"]
     assert (e["status"], e["pairs"], e["identical"], e["identical_share"], e["passed"]) == ("checked", 12, 12, 1.0, True)
     assert e["first_divergence_token_min"] is None and e["divergent"] == [] and res["warnings"] == {}
-    assert e["points"] == {"c1": {"pairs": 6, "identical": 6, "identical_share": 1.0},
-                           "c8": {"pairs": 6, "identical": 6, "identical_share": 1.0}}
+    assert e["points"] == {"c1": {"pairs": 6, "identical": 6, "identical_share": 1.0, "total_pairs": 6},
+                           "c8": {"pairs": 6, "identical": 6, "identical_share": 1.0, "total_pairs": 6}}
     assert "baseline" not in res["modes"]
     assert e["line"] == "lossless: 12/12 identical to baseline's token for token (100.0 %) of 12 request pairs"
 
@@ -156,9 +156,10 @@ def test_answer_summary_and_metrics_carry_the_check():
     lines = text.splitlines()
     i = lines.index("  eagle3_decode:")
     assert "    lossless: 12/12 identical to baseline's token for token (100.0 %) of 12 request pairs" in lines[i:]
-    assert ("    lossless: 8/12 identical to baseline's token for token (66.7 %) of 12 request pairs; 1 of 3 prompts "
-            "differ, first at token 2") in lines
-    assert 'Warning (eagle3_prefill): lossless check: 4 of 12 outputs' in text and '#2 "Summarise the seeds"' in text
+    assert ("lossless: 8/12 identical to baseline's token for token (66.7 %) of 12 request pairs; 1 of 3 prompts "
+            "differ, first at token 2") in " ".join(text.split())  # wrapped at 120 columns
+    assert 'Warning (eagle3_prefill): lossless check: 4 of 12 outputs' in text and '#2 "Summarise the seeds"' in \
+        " ".join(text.split())
     for render in (answer_markdown, answer_html):
         out = render(comp)
         assert "identical to baseline" in out and "Summarise the seeds" in out, render

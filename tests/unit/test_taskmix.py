@@ -109,12 +109,15 @@ def test_report_lines_say_too_few_prompts_instead_of_an_interval(tmp_path):
     lines = taskmix_lines(comp)
     assert lines[1] == ("spec c1: coding 2.10 [1.90, 2.30]; 1.30x [1.10, 1.50] | "
                         "roleplay 1.50 (too few prompts: n=2); 0.90x (too few prompts: n=2)")
-    assert lines[1] in answer_text(comp) and lines[1] in answer_markdown(comp)
+    assert lines[1] in " ".join(answer_text(comp).split()) and lines[1] in answer_markdown(comp)  # text: wrapped
     assert "too few prompts" in taskmix_html(comp) and taskmix_lines({"modes": {}}) == []
-    path = write_categories_csv(comp["taskmix"], tmp_path / "categories.csv")
-    got = list(pd.read_csv(path)["category"])
-    assert got == ["coding", "roleplay"]
-    assert write_categories_csv(None, tmp_path / "empty.csv").read_text().startswith("mode,point,concurrency,category")
+    prov = {"spec": {"engine": "sglang", "timing": "measured", "weights": "random", "acceptance": "simulated"}}
+    path = write_categories_csv(comp["taskmix"], tmp_path / "categories.csv", provenance=prov)
+    got = pd.read_csv(path)
+    assert list(got["category"]) == ["coding", "roleplay"]
+    assert list(got["weights"]) == ["random"] * 2 and list(got["acceptance"]) == ["simulated"] * 2
+    assert write_categories_csv(None, tmp_path / "empty.csv").read_text().startswith(
+        "mode,engine,timing,weights,acceptance,point,concurrency,category")
 
 
 def test_taskmix_figure_is_drawn(tmp_path):
