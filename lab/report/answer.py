@@ -54,7 +54,7 @@ from typing import Any
 
 from lab import catalog
 
-__all__ = ["WIDTH", "answer_speedups", "answer_values", "Answer", "build_answer", "group_warnings", "answer_text",
+__all__ = ["WIDTH", "ONE_LAUNCH", "answer_speedups", "answer_values", "Answer", "build_answer", "group_warnings", "answer_text",
            "answer_markdown", "answer_html", "load_answer", "scope_of", "headline_lines", "mode_headline"]
 
 #: The widest line :func:`answer_text` prints (a terminal of 120 columns).

@@ -1,5 +1,6 @@
 """The comparison's tables and summary files: ``reports/summary.csv``, ``summary.md``,
-``comparison.json`` and ``summary.json``, and the Markdown / pandas tables built from its rows.
+``comparison.json``, ``summary.json`` and the headline metrics ``headline/<mode>.json`` (what DVC
+shows: ``dvc metrics show``, ``dvc exp show``), and the Markdown / pandas tables built from its rows.
 
 Formats only what :mod:`lab.analysis.comparison` computed (rows of
 :func:`lab.analysis.comparison.summarize`, flat numbers of :func:`lab.analysis.comparison.lean_numbers`);
@@ -20,7 +21,8 @@ if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fas
     import pandas as pd
 
 __all__ = ["write_csv", "concurrency_rows", "lossless_rows", "LOSSLESS_COLUMNS", "write_summary_markdown", "write_comparison_json", "summary_markdown",
-           "read_summary_rows", "summary_table", "table_columns", "speedup_cell"]
+           "read_summary_rows", "summary_table", "table_columns", "speedup_cell", "HEADLINE_DIR", "headline_record",
+           "write_headlines"]
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path, columns: tuple[str, ...] = ()) -> None:
@@ -75,10 +77,73 @@ def write_summary_markdown(path: Path, answer: str, rows: list[dict[str, Any]], 
 
 
 def write_comparison_json(rep_dir: Path, summary: dict[str, Any], lean: dict[str, float]) -> None:
-    """``comparison.json`` (the summary without its flat ``rows``) and ``summary.json`` (the
-    flat numbers ``lean``, the DVC metrics file) under ``rep_dir``, atomically."""
+    """``comparison.json`` (the summary without its flat ``rows``), ``summary.json`` (each mode's
+    provenance, ``<mode>.engine`` / ``.timing`` / ``.weights`` / ``.acceptance``, then the flat
+    numbers ``lean``) and the headline metrics (:func:`write_headlines`) under ``rep_dir``,
+    atomically."""
     write_json_atomic(rep_dir / "comparison.json", {k: v for k, v in summary.items() if k != "rows"})
-    write_json_atomic(rep_dir / "summary.json", lean)
+    prov = {f"{mode}.{k}": v for mode, p in (summary.get("provenance") or {}).items() for k, v in p.items()}
+    write_json_atomic(rep_dir / "summary.json", {**prov, **lean})
+    write_headlines(rep_dir / HEADLINE_DIR, summary)
+
+
+#: Where the compare stage's DVC metrics live: one small file per mode (``dvc metrics show``: one row each).
+HEADLINE_DIR = "headline"
+
+
+def headline_record(summary: dict[str, Any], mode: str) -> dict[str, Any]:
+    """One mode's DVC headline (``reports/headline/<mode>.json``): the same keys in every file, so
+    ``dvc metrics show`` prints one short row per mode and README's ``dvc exp show`` command one
+    column per speculative mode, each within 120 columns:
+
+    - ``headline``: the verdict of the catalog's headline metric at the mode's lowest closed-loop
+      point (:func:`lab.report.answer.mode_headline`) with its interval and its scope, the scope
+      in two words: ``"1.15x [1.07, 1.24] faster, 1 launch"`` (``1 launch``: the interval is
+      within one engine launch per mode; ``3 launches``: across three); for the baseline the
+      metric's mean (``"82.1 decode tok/s (reference)"``);
+    - ``point``: that point (``"c1"``);
+    - ``source``: what the numbers stand on (:func:`lab.analysis.provenance.short_label`:
+      ``"emulator"``, ``"sglang: random weights, simulated acceptance"``);
+    - ``speedup``: the ratio alone (3 decimals), for ``dvc metrics diff`` and ``--sort-by``.
+    """
+    import re
+
+    from lab.analysis.provenance import short_label
+    from lab.report.answer import ONE_LAUNCH, mode_headline
+
+    out: dict[str, Any] = {}
+    h = mode_headline(summary, mode)
+    if h is not None:
+        scope = h["scope"]
+        n = re.fullmatch(r"across (\d+) launches", scope)
+        scope = "1 launch" if scope == ONE_LAUNCH else (f"{n[1]} launches" if n else scope)
+        ci = f" [{h['ci95_lo']:.2f}, {h['ci95_hi']:.2f}]" if h["ci95_lo"] is not None and h["ci95_hi"] is not None else ""
+        out.update(headline=f"{h['ratio']:.2f}x{ci} {h['verdict'] or 'not judged'}, {scope}", point=h["point"],
+                   speedup=round(float(h["ratio"]), 3))
+    else:
+        m = catalog.headline_metric()
+        points = sorted(((k, e) for k, e in (summary["modes"].get(mode) or {}).items()
+                         if k == f"c{e.get('concurrency')}"), key=lambda kv: kv[1].get("concurrency") or 0)
+        est = next((Estimate.from_dict(e.get(m.name)) for _, e in points if e.get(m.name)), None)
+        role = "reference" if mode == summary.get("baseline") else "no baseline to compare with"
+        out["headline"] = f"{est.mean:.{m.digits}f} {m.header} ({role})" if est is not None else f"no {m.header} ({role})"
+        if points:
+            out["point"] = points[0][0]
+    out["source"] = short_label((summary.get("provenance") or {}).get(mode) or {"engine": "?"})
+    return out
+
+
+def write_headlines(out_dir: Path, summary: dict[str, Any]) -> list[Path]:
+    """``<out_dir>/<mode>.json`` = :func:`headline_record` for every mode of the comparison,
+    atomically; files of modes no longer compared are removed. Returns the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for mode in summary["modes"]:
+        write_json_atomic(out_dir / f"{mode}.json", headline_record(summary, mode))
+        paths.append(out_dir / f"{mode}.json")
+    for stale in set(out_dir.glob("*.json")) - set(paths):
+        stale.unlink()
+    return paths
 
 
 def table_columns(place: str) -> tuple[list[catalog.Metric], list[tuple[catalog.Metric, str]]]:
