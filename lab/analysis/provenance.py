@@ -23,7 +23,8 @@ __all__ = ["COLUMNS", "result_provenance", "add_provenance", "tag_rows", "proven
 COLUMNS = ("engine", "timing", "weights", "acceptance")
 
 #: What each value means, for the sentences.
-_WEIGHTS = {"emulated": "emulated weights (no model)", "random": "random weights (--load-format dummy)",
+_WEIGHTS = {"emulated": "emulated weights (no model)",
+            "random": "random weights (--load-format dummy: the model's shapes, not its numbers)",
             "real": "real weights"}
 _ACCEPTANCE = {"emulated": "emulated acceptance (the profile's model)",
                "simulated": "simulated acceptance (SGLANG_SIMULATE_ACC_LEN: draft tokens accepted unverified)",
@@ -73,11 +74,11 @@ def tag_rows(rows: Iterable[Mapping[str, Any]], provenance: Mapping[str, Mapping
         tags = {k: p.get(k, "?") for k in COLUMNS}
         new: dict[str, Any] = {}
         for k, v in row.items():
-            if k in tags:
-                continue
-            new[k] = v
             if k == after:
+                new[k] = tags[k] if k in tags else v
                 new.update(tags)
+            elif k not in tags:
+                new[k] = v
         if after not in row:
             new.update(tags)
         out.append(new)

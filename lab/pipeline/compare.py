@@ -6,7 +6,7 @@ Inputs are ``results/<mode>/result.json``, ``runs.json`` and ``requests.jsonl`` 
 :mod:`lab.pipeline.bench`. Outputs under ``reports/``: ``comparison.json`` (per mode and
 level, mean and 95 % t-interval of the headline metrics, speedup over the baseline with a
 Welch log-ratio interval and a verdict, the paired per-prompt speedup of
-:mod:`lab.analysis.paired`, and the lossless check of :mod:`lab.analysis.lossless`), ``summary.json`` (its flat numbers, the DVC metrics file),
+:mod:`lab.analysis.paired`, and the lossless check of :mod:`lab.analysis.lossless`), ``summary.json`` (its flat numbers and each mode's provenance), ``headline/<mode>.json`` (what DVC shows as metrics: :func:`lab.report.tables.headline_record`),
 ``summary.csv`` (one row per mode x point), ``concurrency.csv`` (its closed-loop
 rows, for the ``dvc plots`` against concurrency), ``categories.csv`` (accept
 length and speedup per prompt category, :mod:`lab.analysis.taskmix`), ``lossless.csv``
@@ -61,7 +61,7 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     summary = summarize(results, runs, baseline)
     add_paired(summary, res_dir, baseline)  # per-prompt speedup beside the per-repeat one
     prov = add_provenance(summary, results)  # engine, timing, weights, acceptance on every row (issue 22)
-    summary["caption"] = f"{engine_caption(results, params.emulator.profile)} Provenance: {provenance_sentence(prov)}"
+    summary["caption"] = f"{engine_caption(results, params.emulator.profile).rstrip('.')}. Provenance: {provenance_sentence(prov)}"
     summary["effective_config"] = {m: r.get("effective_config") for m, r in results.items()}
     summary["warnings"] = {m: r["warnings"] for m, r in results.items() if r.get("warnings")}  # hygiene, per mode
     summary["crosscheck"] = crosscheck_summary(results)  # client vs server clocks, for the answer and the report

@@ -4,13 +4,15 @@ refusal of untracked stage dependencies (which would never reach a queued run's 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from scratch import run_dvc as _dvc, scratch_repo
+from scratch import dvc_env, run_dvc as _dvc, scratch_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -30,6 +32,14 @@ def repo(tmp_path_factory) -> Path:
     return repo
 
 
+def _dvc_at_120_columns(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    """`dvc` as a terminal of 120 columns runs it (rich, which DVC draws its tables with, reads
+    COLUMNS; without a terminal it assumes 80)."""
+    dvc = Path(sys.executable).with_name("dvc")
+    return subprocess.run([str(dvc), *args], cwd=repo, capture_output=True, text=True, timeout=300,
+                          env={**dvc_env(), "COLUMNS": "120"})
+
+
 def test_exp_run_set_param_and_exp_show(repo):
     proc = _dvc(repo, "exp", "run", "-n", "short", "-S", "bench.max_new_tokens=10")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -46,13 +56,13 @@ def test_exp_run_set_param_and_exp_show(repo):
         | {"results/physics/headline.json"}
     # README's commands print the headline within 120 columns, the engine and the source beside it
     readme = (ROOT / "README.md").read_text()
-    cmd = next(ln.split("#")[0].split() for ln in readme.splitlines() if ln.startswith("dvc exp show "))
-    shown_text = _dvc(repo, *[a.strip("'") for a in cmd[1:]], "--no-pager")
+    cmd = next(shlex.split(ln.split("  #")[0]) for ln in readme.splitlines() if ln.startswith("dvc exp show "))
+    shown_text = _dvc_at_120_columns(repo, *cmd[1:], "--no-pager")
     lines = shown_text.stdout.splitlines()
     assert max(len(ln) for ln in lines) <= 120, shown_text.stdout
     assert "short" in shown_text.stdout and head["headline"] in shown_text.stdout and "emulator" in shown_text.stdout
     assert "engine" in lines[1] and ":source" in lines[1], lines[1]
-    metrics = _dvc(repo, "metrics", "show")
+    metrics = _dvc_at_120_columns(repo, "metrics", "show")
     assert max(len(ln) for ln in metrics.stdout.splitlines()) <= 120, metrics.stdout
     assert "reports/headline/eagle3_decode.json" in metrics.stdout and "emulator" in metrics.stdout
     plots = _dvc(repo, "plots", "show", "--json")
