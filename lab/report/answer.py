@@ -370,7 +370,9 @@ def answer_html(comparison: dict[str, Any], report_path: str | Path | None = Non
     the cross-checks and the warnings follow in ``<section class="answer">``."""
     a = build_answer(comparison, report_path)
     e = html.escape
-    out = [f'<section class="verdict"><p><b>{e(_question(a))}</b></p><ul>'
+    question = (f"{catalog.headline_metric().header} speedup over {a.baseline} [95 % CI], per mode:" if a.baseline
+                else _question(a))  # the page's title asks the question
+    out = [f'<section class="verdict"><p><b>{e(question)}</b></p><ul>'
            + "".join(f"<li><b>{e(text)}</b></li>" for _, text in a.headlines) + "</ul>"]
     if a.provenance:
         out.append(f'<p class="provenance">Numbers from: {e(a.provenance)}</p>')

@@ -99,9 +99,12 @@ def test_comparison_pareto_answer_and_mlflow(repo):
     sentence = comp["load"]["sentences"]["eagle3_decode"]
     assert sentence.startswith("eagle3_decode ") and "at this SLO (TTFT <= 500 ms, TPOT <= 20 ms)" in sentence
     pareto = (repo / "reports" / "pareto.csv").read_text().splitlines()
-    assert pareto[0] == "mode,point,kind,output_tok_s_per_user,output_tok_s,on_frontier" and len(pareto) == 1 + 2 * 2
-    for mode in MODES:
-        assert (repo / "reports" / "figures" / f"pareto_{mode}.png").stat().st_size > 10_000
+    assert pareto[0] == ("mode,engine,timing,weights,acceptance,point,kind,output_tok_s_per_user,output_tok_s,"
+                         "on_frontier") and len(pareto) == 1 + 2 * 2
+    assert all(ln.split(",")[1:5] == ["emulator", "modelled", "emulated", "emulated" if ln.startswith("eagle3")
+                                      else "n/a"] for ln in pareto[1:])
+    for mode in MODES:  # what the figure draws: tests/unit/test_figures.py (pareto_figure)
+        assert (repo / "reports" / "figures" / f"pareto_{mode}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sentence in (repo / "reports" / "summary.md").read_text()
     html = (repo / "reports" / "report.html").read_text()
     assert "Under open-loop load" in html and "goodput req/s" in html
