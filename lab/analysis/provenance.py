@@ -1,4 +1,5 @@
-"""What each mode's numbers stand on, carried into every output of the comparison.
+"""What each mode's numbers stand on, carried into every output of the comparison: the engine and
+its inputs, and (:func:`scope_of`) how many engine launches an interval spans.
 
 :func:`lab.engine.registry.provenance` says it for a configuration (``engine``; ``timing``
 modelled/measured; ``weights`` emulated/random/real; ``acceptance`` emulated/simulated/real/n/a),
@@ -17,7 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["COLUMNS", "result_provenance", "add_provenance", "tag_rows", "provenance_sentence", "short_label"]
+__all__ = ["COLUMNS", "ONE_LAUNCH", "scope_of", "result_provenance", "add_provenance", "tag_rows", "provenance_sentence", "short_label"]
+
+#: The interval's label when the comparison says nothing about launches (issue 22: every repeat of a
+#: mode runs in one engine launch, so launch-to-launch variation is not in the interval).
+ONE_LAUNCH = "within one launch"
 
 #: The provenance columns every CSV row carries, in this order.
 COLUMNS = ("engine", "timing", "weights", "acceptance")
@@ -122,3 +127,21 @@ def provenance_sentence(provenance: Mapping[str, Mapping[str, str]]) -> str:
     if acc:
         parts.append(acc)
     return parts[0] + ": " + "; ".join(p for p in parts[1:] if p) + "."
+
+
+def scope_of(s: dict[str, Any] | None, comparison: dict[str, Any], mode: str) -> str:
+    """The label of a speedup's interval: the entry's ``scope``; else from its ``launches``, or
+    the comparison's ``launches`` (an int, or per mode): ``"across N launches"`` for N > 1;
+    else :data:`ONE_LAUNCH`."""
+    if s and isinstance(s.get("scope"), str) and s["scope"]:
+        return s["scope"]
+    n = (s or {}).get("launches")
+    if n is None:
+        n = comparison.get("launches")
+        if isinstance(n, dict):
+            n = n.get(mode)
+    try:
+        n = int(n) if n is not None else None
+    except (TypeError, ValueError):
+        n = None
+    return f"across {n} launches" if n and n > 1 else ONE_LAUNCH

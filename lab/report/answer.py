@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import catalog
+from lab.analysis.provenance import ONE_LAUNCH, scope_of
 
 __all__ = ["WIDTH", "ONE_LAUNCH", "answer_speedups", "answer_values", "Answer", "build_answer", "group_warnings", "answer_text",
            "answer_markdown", "answer_html", "load_answer", "scope_of", "headline_lines", "mode_headline"]
@@ -60,9 +61,6 @@ __all__ = ["WIDTH", "ONE_LAUNCH", "answer_speedups", "answer_values", "Answer", 
 #: The widest line :func:`answer_text` prints (a terminal of 120 columns).
 WIDTH = 120
 
-#: The interval's label when the comparison says nothing about launches (issue 22: every repeat of a
-#: mode runs in one engine launch, so launch-to-launch variation is not in the interval).
-ONE_LAUNCH = "within one launch"
 
 
 def answer_speedups() -> list[tuple[str, str]]:
@@ -94,24 +92,6 @@ def _ratio_text(s: dict[str, Any] | None, verdict: bool) -> str | None:
 
 def _mean(e: dict[str, Any], key: str) -> float | None:
     return _num((e.get(key) or {}).get("mean"))
-
-
-def scope_of(s: dict[str, Any] | None, comparison: dict[str, Any], mode: str) -> str:
-    """The label of a speedup's interval: the entry's ``scope``; else from its ``launches``, or
-    the comparison's ``launches`` (an int, or per mode): ``"across N launches"`` for N > 1;
-    else :data:`ONE_LAUNCH`."""
-    if s and isinstance(s.get("scope"), str) and s["scope"]:
-        return s["scope"]
-    n = (s or {}).get("launches")
-    if n is None:
-        n = comparison.get("launches")
-        if isinstance(n, dict):
-            n = n.get(mode)
-    try:
-        n = int(n) if n is not None else None
-    except (TypeError, ValueError):
-        n = None
-    return f"across {n} launches" if n and n > 1 else ONE_LAUNCH
 
 
 def group_warnings(warnings: dict[str, list[str]] | None) -> list[tuple[list[str], str]]:

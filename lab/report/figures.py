@@ -129,7 +129,7 @@ def speedup_figure(summary: dict[str, Any]):
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no baseline mode to compare against", ha="center", transform=ax.transAxes)
-    from lab.report.answer import scope_of
+    from lab.analysis.provenance import scope_of
 
     scopes = {scope_of(e.get("speedup_decode_tok_s"), summary, m) for m, lv in summary["modes"].items()
               for e in lv.values() if e.get("speedup_decode_tok_s")}

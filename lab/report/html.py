@@ -230,7 +230,7 @@ def speedup_html(summary: dict[str, Any]) -> str:
     """The speedups over the baseline, one row per mode x point: the verdict speedup of the
     catalog's headline metric (:data:`lab.catalog.VERDICT_SPEEDUP`) with its verdict and the
     interval's scope, the other speedups beside it without a verdict."""
-    from lab.report.answer import scope_of
+    from lab.analysis.provenance import scope_of
 
     _, speedups = table_columns(catalog.REPORT)
     head = catalog.headline_metric()

@@ -109,7 +109,8 @@ def headline_record(summary: dict[str, Any], mode: str) -> dict[str, Any]:
     import re
 
     from lab.analysis.provenance import short_label
-    from lab.report.answer import ONE_LAUNCH, mode_headline
+    from lab.analysis.provenance import ONE_LAUNCH
+    from lab.report.answer import mode_headline
 
     out: dict[str, Any] = {}
     h = mode_headline(summary, mode)

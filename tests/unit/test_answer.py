@@ -70,7 +70,7 @@ def test_paired_estimate_is_beside_the_verdict_never_a_second_verdict():
 def test_interval_scope_comes_from_the_launch_fields_when_present():
     """The launch-aware comparison labels its intervals (``scope`` or ``launches`` on the speedup,
     or ``launches`` per mode on the comparison); without them the label is "within one launch"."""
-    from lab.report.answer import scope_of
+    from lab.analysis.provenance import scope_of
 
     assert scope_of(_sp(1, 1, 1, "x"), {}, "m") == "within one launch"
     assert scope_of({**_sp(1, 1, 1, "x"), "launches": 3}, {}, "m") == "across 3 launches"

@@ -120,4 +120,4 @@ def test_summary_rows_markdown_and_flat_metrics_carry_the_paired_speedup(tmp_pat
     flat = lean_numbers(summary)
     assert flat["spec.c1.paired_speedup_decode_tok_s"] == entry["ratio"]
     assert flat["spec.c1.paired_speedup_decode_tok_s_ci95_lo"] == entry["ci95_lo"]
-    assert "paired per prompt, decode tok/s" in speedup_html(summary) and "1.25x [" in speedup_html(summary)
+    assert "paired per prompt, decode tok/s" in speedup_html(summary) and "1.25x<span class=\"ci\">[" in speedup_html(summary)
