@@ -116,14 +116,17 @@ def ui(params_file: str | None, port: int) -> int:
     """``lab ui``: MLflow's UI for the lab's tracking store on 127.0.0.1, opening on the runs table.
 
     Prints the experiment's runs-table URL (:func:`lab.tracking.mlflow_view.runs_table_url`: MLflow
-    3.17 otherwise opens on its GenAI overview), then runs ``mlflow ui`` in the foreground
+    3.17 otherwise opens on its GenAI overview), with the lab's view of it (the headline metric,
+    key params and provenance tags as columns: :func:`lab.tracking.mlflow_view.install_runs_view`),
+    then runs ``mlflow ui`` in the foreground
     (Ctrl-C stops it); returns its exit code, or 2 on bad params / a remote tracking server.
     """
     import os
     import subprocess
 
     from lab.config import ParamsError, load_params
-    from lab.tracking.mlflow_view import runs_table_url
+    from lab.tracking.mlflow_view import install_runs_view, runs_table_url
+    from lab.tracking.runs import TrackingError
 
     try:
         params = load_params(params_file)
@@ -136,9 +139,16 @@ def ui(params_file: str | None, port: int) -> int:
         return 2
     from mlflow.tracking import MlflowClient
 
-    exp = MlflowClient(tracking_uri=uri).get_experiment_by_name(params.mlflow.experiment)
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(params.mlflow.experiment)
     base = f"http://127.0.0.1:{port}"
-    url = runs_table_url(base, exp.experiment_id) if exp else f"{base}/#/experiments?workflowType=machine_learning"
+    view = None
+    if exp:
+        try:  # the runs table opens with the headline metric, key params and provenance tags as columns
+            view = install_runs_view(client, exp.experiment_id, params)
+        except TrackingError as exc:
+            print(f"[lab] warning: {exc}; the runs table opens with MLflow's default columns", file=sys.stderr)
+    url = runs_table_url(base, exp.experiment_id, view) if exp else f"{base}/#/experiments?workflowType=machine_learning"
     print(f"[lab] MLflow UI for {uri}\n[lab] open: {url}", flush=True)
     mlflow = str(Path(sys.executable).with_name("mlflow"))
     cmd = [mlflow if os.path.exists(mlflow) else "mlflow", "ui", "--backend-store-uri", uri,

@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_lab_ui_url_opens_the_runs_table_in_chromium(tmp_path):
     """`lab ui` prints a URL that opens the experiment on its runs table in MLflow's bundled UI
-    (without `workflowType=machine_learning` MLflow 3.17 opens a GenAI traces overview)."""
+    (without `workflowType=machine_learning` MLflow 3.17 opens a GenAI traces overview), with the
+    headline metric, key params and provenance tags as columns (the shared view state)."""
     import os
     import signal
     import subprocess
@@ -32,8 +33,11 @@ def test_lab_ui_url_opens_the_runs_table_in_chromium(tmp_path):
     pfile = tmp_path / "params.yaml"
     pfile.write_text(yaml.safe_dump(raw, sort_keys=False))
     params = load_params(pfile)
-    run = open_run(params, run_name="eagle3_decode | emulator | ui-test-run", tags={"mode": "eagle3_decode"})
-    run.log_metrics({"decode_tok_s": 96.6, "decode_tok_s_ci95_lo": 94.6, "decode_tok_s_ci95_hi": 98.7})
+    run = open_run(params, run_name="eagle3_decode | emulator | ui-test-run",
+                   tags={"mode": "eagle3_decode", "weights": "emulated", "acceptance": "emulated"})
+    run.log_metrics({"decode_tok_s": 96.6, "decode_tok_s_ci95_lo": 94.6, "decode_tok_s_ci95_hi": 98.7,
+                     "accept_length": 1.84})
+    run.log_params({"mode.algorithm": "EAGLE3", "mode.attention_mode": "decode", "mode.num_steps": "2"})
     run.finish()
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "lab.cli", "ui", "--port", str(port), "--params", str(pfile)],
@@ -45,7 +49,7 @@ def test_lab_ui_url_opens_the_runs_table_in_chromium(tmp_path):
             if line.startswith("[lab] open: "):
                 url = line.split(": ", 1)[1].strip()
                 break
-        assert url and url.endswith("?workflowType=machine_learning") and "127.0.0.1" in url, url
+        assert url and "/runs?workflowType=machine_learning&viewStateShareKey=" in url and "127.0.0.1" in url, url
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
@@ -57,11 +61,19 @@ def test_lab_ui_url_opens_the_runs_table_in_chromium(tmp_path):
             pytest.fail("mlflow ui did not answer")
         print(f"mlflow ui up after {time.monotonic() - t0:.1f} s")
         t_dom = time.monotonic()
+        # a wide window: the grid renders only the columns in view
         dom = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'c'}",
-                              "--virtual-time-budget=25000", "--dump-dom", url], capture_output=True, text=True,
-                             timeout=180).stdout
+                              "--window-size=1920,1080", "--virtual-time-budget=25000", "--dump-dom", url],
+                             capture_output=True, text=True, timeout=180).stdout
         print(f"chromium {time.monotonic() - t_dom:.1f} s")
         assert "Run Name" in dom and "ui-test-run" in dom, dom[-2000:]
+        # the lab's view (install_runs_view): the headline metric, its interval, a key param and the
+        # provenance tags are columns of the table, with the run's values in them
+        # (the tag columns lie beyond the window, which the grid does not render: tests/unit/test_mlflow_view.py)
+        for shown in ("decode_tok_s", "decode_tok_s_ci95_lo", "accept_length", "mode.attention_mode", "96.6",
+                      "94.6", "1.84"):
+            assert shown in dom, (shown, dom[-3000:])
+        assert "Error loading shared view state" not in dom and "viewing a shared view" in dom
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(20)
