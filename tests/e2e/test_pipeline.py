@@ -178,7 +178,7 @@ def test_dvc_reruns_only_what_changed(repo):
 
 
 def test_report_renders_every_figure_in_headless_chromium(repo):
-    from browser import image_report
+    from browser import image_report, page_width
 
     report = repo / "reports" / "report.html"
     text = report.read_text()
@@ -193,6 +193,7 @@ def test_report_renders_every_figure_in_headless_chromium(repo):
 
     assert FIGURE_CAPTIONS["speedup"] in text and "<figcaption>speedup</figcaption>" not in text  # words, not names
     assert "concurrency 0" not in text
+    assert max(page_width(report, 1280)) <= 1280  # nothing cut off or scrolled sideways at 1280 px
 
 
 def test_summary_md_and_report_carry_the_one_wave_warning(repo):
