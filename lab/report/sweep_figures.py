@@ -45,8 +45,8 @@ def throughput_vs_concurrency(runs: pd.DataFrame, summary: dict[str, Any]):
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels, [str(c) for c in levels])
     ax.set_xlabel("concurrency (requests in flight)")
-    ax.set_ylabel("output tok/s, all requests (mean of repeats, 95 % CI)")
-    ax.set_title("Throughput vs concurrency per mode")
+    ax.set_ylabel("output tok/s, all requests")
+    ax.set_title("Throughput vs concurrency per mode (mean of repeats, 95 % CI)")
     ax.legend(fontsize=7, ncol=2)
     caption(fig, summary)
     return fig
@@ -92,7 +92,7 @@ def speedup_heatmap(summary: dict[str, Any]):
             .pivot(index="mode", columns="concurrency", values="txt").reindex(grid.index)
         span = max(abs(grid.max().max() - 1), abs(1 - grid.min().min()), 0.05)
         sns.heatmap(grid, annot=annot, fmt="", cmap="RdBu", center=1.0, vmin=1 - span, vmax=1 + span,
-                    cbar_kws={"label": "speedup (1.0 = break-even)"}, ax=ax, linewidths=0.5)
+                    cbar_kws={"label": "speedup"}, ax=ax, linewidths=0.5)
         ax.set_xlabel("concurrency")
         ax.set_ylabel("")
         ax.tick_params(axis="y", labelrotation=0)
