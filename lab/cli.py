@@ -117,7 +117,7 @@ def ui(params_file: str | None, port: int) -> int:
 
     Prints the experiment's runs-table URL (:func:`lab.tracking.mlflow_view.runs_table_url`: MLflow
     3.17 otherwise opens on its GenAI overview), with the lab's view of it (the headline metric,
-    key params and provenance tags as columns: :func:`lab.tracking.mlflow_view.install_runs_view`),
+    key params and provenance tags as columns: :func:`lab.tracking.runs_view.install_runs_view`),
     then runs ``mlflow ui`` in the foreground
     (Ctrl-C stops it); returns its exit code, or 2 on bad params / a remote tracking server.
     """
@@ -125,7 +125,8 @@ def ui(params_file: str | None, port: int) -> int:
     import subprocess
 
     from lab.config import ParamsError, load_params
-    from lab.tracking.mlflow_view import install_runs_view, runs_table_url
+    from lab.tracking.mlflow_view import runs_table_url
+    from lab.tracking.runs_view import install_runs_view
     from lab.tracking.runs import TrackingError
 
     try:

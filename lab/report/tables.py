@@ -164,16 +164,20 @@ def summary_markdown(rows: list[dict[str, Any]], baseline: str | None = None) ->
     """The comparison as a Markdown table, one line per mode x measured point (README's table;
     ``lab summary`` prints it): the metrics :mod:`lab.catalog` shows in ``table`` (mean [95 %
     CI] for those compared with the baseline, the mean for the rest), then their speedups over
-    the baseline with intervals and verdicts (decode tok/s also paired prompt by prompt,
-    :mod:`lab.analysis.paired`).
+    the baseline with intervals. One verdict per point: the headline metric's per-repeat speedup
+    (:data:`lab.catalog.VERDICT_SPEEDUP`) carries it; the others (decode tok/s paired prompt by
+    prompt, :mod:`lab.analysis.paired`; output tok/s) are shown beside it as ratio and interval.
 
     :param rows: ``summarize(...)["rows"]`` or the rows of ``reports/summary.csv`` (strings
         are parsed; empty cells print as ``-``).
     :param baseline: the baseline mode's name (its rows say "reference").
     """
     metrics, speedups = table_columns(catalog.TABLE)
+    head_metric = catalog.headline_metric()
+    is_verdict = [m.name == head_metric.name and kind == catalog.VERDICT_SPEEDUP for m, kind in speedups]
     head = ["mode", "point", *(m.header + (" [95 % CI]" if m.speedups else "") for m in metrics),
-            *(catalog.speedup_label(m, kind) + " [95 % CI]" for m, kind in speedups)]
+            *(catalog.speedup_label(m, kind) + (" [95 % CI], verdict" if v else " [95 % CI]")
+              for (m, kind), v in zip(speedups, is_verdict))]
     lines = ["| " + " | ".join(head) + " |",
              "| --- | --- | " + " | ".join(["---:"] * len(metrics) + ["---"] * len(speedups)) + " |"]
     for r in rows:
@@ -181,8 +185,11 @@ def summary_markdown(rows: list[dict[str, Any]], baseline: str | None = None) ->
         for m in metrics:
             est = Estimate.from_columns(r, m.name)
             cells.append("-" if est is None else est.text(m.digits, interval=bool(m.speedups)))
-        cells += [speedup_cell(Ratio.from_columns(r, catalog.speedup_key(m.name, kind)), r.get("mode"), baseline)
-                  for m, kind in speedups]
+        for (m, kind), v in zip(speedups, is_verdict):
+            ratio = Ratio.from_columns(r, catalog.speedup_key(m.name, kind))
+            if ratio is not None and not v:
+                ratio = Ratio(ratio.ratio, ratio.ci95_lo, ratio.ci95_hi, None)  # beside the verdict, not one
+            cells.append(speedup_cell(ratio, r.get("mode"), baseline))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -67,7 +67,7 @@ def test_lab_ui_url_opens_the_runs_table_in_chromium(tmp_path):
                              capture_output=True, text=True, timeout=180).stdout
         print(f"chromium {time.monotonic() - t_dom:.1f} s")
         assert "Run Name" in dom and "ui-test-run" in dom, dom[-2000:]
-        # the lab's view (install_runs_view): the headline metric, its interval, a key param and the
+        # the lab's view (lab.tracking.runs_view.install_runs_view): the headline metric, its interval, a key param and the
         # provenance tags are columns of the table, with the run's values in them
         # (the tag columns lie beyond the window, which the grid does not render: tests/unit/test_mlflow_view.py)
         for shown in ("decode_tok_s", "decode_tok_s_ci95_lo", "accept_length", "mode.attention_mode", "96.6",

@@ -54,14 +54,14 @@ def test_runs_table_url():
 
 
 def test_runs_table_view_shows_the_headline_metric_key_params_and_provenance():
-    """`lab ui`'s shared view (lab.tracking.mlflow_view.install_runs_view): the catalog's headline
+    """`lab ui`'s shared view (lab.tracking.runs_view.install_runs_view): the catalog's headline
     metric and its interval first, the answer's other metrics, each speculative mode's headline
     speedup (the compare run's metric), the mode's key params and the provenance tags, in MLflow's
     canonical column keys; written as the experiment tag the UI reads for ?viewStateShareKey=."""
     import json
 
     from lab.config import load_params
-    from lab.tracking.mlflow_view import RUNS_VIEW_KEY, install_runs_view, runs_table_columns
+    from lab.tracking.runs_view import RUNS_VIEW_KEY, install_runs_view, runs_table_columns
 
     params = load_params()
     cols = runs_table_columns(params)
