@@ -231,7 +231,7 @@ def build_answer(comparison: dict[str, Any], report_path: str | Path | None = No
 
 
 #: Heading of the open-loop sentences (lab.analysis.load).
-LOAD_HEADING = "Under open-loop load (requests arriving at a rate; goodput = requests/s meeting the SLO):"
+LOAD_HEADING = "Under open-loop load (requests arriving at a rate; goodput = requests meeting the SLO per measured second):"
 #: Heading of the detail, saying which estimate is the verdict.
 DETAIL_HEADING = ("Detail per point (the verdict is the per-repeat interval; the paired per-prompt estimate "
                   "is shown beside it):")
