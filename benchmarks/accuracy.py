@@ -111,7 +111,8 @@ def _open_loop_section(report: dict) -> list[str]:
              f"{ol['burstiness']:g}; seed = repeat), no concurrency cap, {ol['repeats']} repeats, "
              f"{ol['max_new_tokens']} output tokens, emulator `--max-running-requests {ol['max_running']}`; "
              f"goodput under TTFT <= {slo['ttft_ms']} ms, TPOT <= {slo['tpot_ms']} ms. Client: its records "
-             "(offered rate from its send times, p50 TTFT/TPOT over requests, goodput from its own TTFT/TPOT); "
+             "(offered rate from its send times, p50 TTFT/TPOT over requests, goodput from its TTFT counted from the scheduled "
+             "send time and its TPOT, over its measured window); "
              "truth: the emulator's arrival, first- and last-token stamps, same definitions.", "",
              "| mode | rate req/s | metric | truth | client | median error | worst repeat |",
              "| --- | --- | --- | --- | --- | --- | --- |"]

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 __all__ = ["Metric", "METRICS", "PLACES", "INTERVALS", "SPEEDUPS", "SOURCES", "RESULT", "SUMMARY", "REPORT",
-           "TABLE", "ANSWER", "MLFLOW", "metric", "shown_in", "interval_kind", "sentinel_metrics",
-           "truth_metrics", "speedup_key", "speedup_label"]
+           "TABLE", "ANSWER", "MLFLOW", "HEADLINE", "VERDICT_SPEEDUP", "metric", "shown_in", "headline_metric",
+           "interval_kind", "sentinel_metrics", "truth_metrics", "speedup_key", "speedup_label"]
 
 #: Where a metric is shown.
 RESULT = "result"    # result.json levels (mean, interval, values per point), metrics.json and the mode's MLflow run
@@ -37,7 +37,11 @@ REPORT = "report"    # a column of report.html's summary table (and its speedups
 TABLE = "table"      # a column of reports/summary.md and `lab summary` (README's table)
 ANSWER = "answer"    # stated per point in the answer: its speedups if it has any, else its mean
 MLFLOW = "mlflow"    # flat <mode>.<point>.<metric> means in reports/summary.json and the comparison's MLflow run
-PLACES = (RESULT, SUMMARY, REPORT, TABLE, ANSWER, MLFLOW)
+#: The verdict metric: the answer's one line per mode (its ``welch`` speedup at each point is the
+#: verdict, :data:`VERDICT_SPEEDUP`), the DVC headline metrics (``reports/headline/<mode>.json``) and
+#: the first metric columns of the MLflow runs table (``lab ui``). Exactly one metric is shown there.
+HEADLINE = "headline"
+PLACES = (RESULT, SUMMARY, REPORT, TABLE, ANSWER, MLFLOW, HEADLINE)
 
 #: How the 95 % interval is built (:func:`lab.analysis.stats.metric_ci`) over the units: the repeats
 #: of one launch, or the launch means with ``bench.launches`` >= 2 (:mod:`lab.analysis.launches`).
@@ -59,6 +63,12 @@ SPEEDUPS = {
                   "(lab.analysis.load.goodput_speedup_launches)",
 }
 Speedup = Literal["welch", "per_prompt", "per_repeat"]
+#: The speedup that gives a point its verdict. The per-repeat (Welch) interval is the verdict
+#: because repeats are the unit the experiment replicates; the paired per-prompt estimate is
+#: shown beside it, never as a second verdict: the requests of one repeat share batch
+#: iterations above concurrency 1, so its degrees of freedom overstate the evidence
+#: (docs/measurement.md; issue 22).
+VERDICT_SPEEDUP = "welch"
 
 #: Where a per-run value comes from.
 SOURCES = {
@@ -125,7 +135,7 @@ class Metric:
         return f"{self.label} {value:.{self.digits}f}" + (f" {self.unit}" if self.unit_in_header else "")
 
 
-_EVERYWHERE = frozenset(PLACES)
+_EVERYWHERE = frozenset(PLACES) - {HEADLINE}
 _COMPARED = frozenset({RESULT, SUMMARY, REPORT})
 
 
@@ -140,7 +150,7 @@ def _declare(*metrics: Metric) -> dict[str, Metric]:
 
 #: Every metric, in the order tables and files list them (``name -> Metric``).
 METRICS: dict[str, Metric] = _declare(
-    Metric("decode_tok_s", "decode", "tok/s", "client", better="higher", shown=_EVERYWHERE, sentinel=True,
+    Metric("decode_tok_s", "decode", "tok/s", "client", better="higher", shown=_EVERYWHERE | {HEADLINE}, sentinel=True,
            speedups=("welch", "per_prompt"), truth="median over requests of (N-1) / (last_token - first_token)"),
     Metric("output_tok_s", "output", "tok/s", "client", better="higher", shown=_EVERYWHERE, sentinel=True,
            speedups=("welch",), truth="sum N / (max last_token - min arrival)"),
@@ -178,7 +188,7 @@ METRICS: dict[str, Metric] = _declare(
     Metric("p99_dispatch_delay_ms", "dispatch delay p99", "ms", "client"),
     Metric("goodput_req_s", "goodput", "req/s", "load", better="higher", digits=2,
            shown=frozenset({RESULT, SUMMARY, REPORT, MLFLOW}), speedups=("per_repeat",),
-           truth="requests whose truth TTFT and TPOT meet bench.slo / the offered duration"),
+           truth="requests whose truth TTFT (from the scheduled send) and TPOT meet bench.slo / the truth window"),
     Metric("goodput_tok_s", "goodput", "tok/s", "load", better="higher", shown=frozenset({RESULT, SUMMARY, MLFLOW})),
     Metric("slo_attainment", "SLO attainment", "share", "load", interval="fraction", better="higher",
            shown=frozenset({RESULT, SUMMARY, MLFLOW}), unit_in_header=False, digits=2),
@@ -203,6 +213,17 @@ def shown_in(place: str) -> list[Metric]:
     if place not in PLACES:
         raise ValueError(f"place {place!r}: use one of {PLACES}")
     return [m for m in METRICS.values() if place in m.shown]
+
+
+def headline_metric() -> Metric:
+    """The one metric shown in :data:`HEADLINE` (the verdict metric).
+
+    :raises ValueError: none or several are declared there (the fix names the catalog)."""
+    found = shown_in(HEADLINE)
+    if len(found) != 1 or VERDICT_SPEEDUP not in found[0].speedups:
+        raise ValueError(f"the catalog shows {[m.name for m in found]} in {HEADLINE!r}: exactly one metric with a "
+                         f"{VERDICT_SPEEDUP!r} speedup must be. Fix: lab/catalog.py")
+    return found[0]
 
 
 def interval_kind(name: str) -> str:

@@ -120,11 +120,12 @@ def ui(params_file: str | None, port: int) -> int:
     """``lab ui``: MLflow's UI for the lab's tracking store on 127.0.0.1, opening on the runs table.
 
     Prints the experiment's runs-table URL (:func:`lab.tracking.mlflow_view.runs_table_url`: MLflow
-    3.17 otherwise opens on its GenAI overview), then runs ``mlflow ui`` in its own process
-    group; SIGINT (Ctrl-C), SIGTERM or SIGHUP stop that whole group (``mlflow ui`` starts a
-    server with worker processes: SIGTERM, then SIGKILL after 10 s). Returns its exit code,
-    0 when stopped by a signal, or 2 on bad params / a remote tracking server / a conflicting
-    ``MLFLOW_TRACKING_URI``.
+    3.17 otherwise opens on its GenAI overview), with the lab's view of it (the headline metric,
+    key params and provenance tags as columns: :func:`lab.tracking.runs_view.install_runs_view`),
+    then runs ``mlflow ui`` in its own process group; SIGINT (Ctrl-C), SIGTERM or SIGHUP stop
+    that whole group (``mlflow ui`` starts a server with worker processes: SIGTERM, then SIGKILL
+    after 10 s). Returns its exit code, 0 when stopped by a signal, or 2 on bad params / a remote
+    tracking server / a conflicting ``MLFLOW_TRACKING_URI``.
     """
     import os
     import signal
@@ -134,10 +135,12 @@ def ui(params_file: str | None, port: int) -> int:
     from lab.engine.process import _kill_group  # the lab's process-group stop (SIGTERM, grace, SIGKILL)
     from lab.tracking.mlflow_view import runs_table_url
     from lab.tracking.runs import TrackingError
+    from lab.tracking.runs_view import install_runs_view
     from lab.tracking.tracker import Tracker
 
     try:
-        tracker = Tracker.from_params(load_params(params_file))
+        params = load_params(params_file)
+        tracker = Tracker.from_params(params)
     except (ParamsError, TrackingError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -151,7 +154,13 @@ def ui(params_file: str | None, port: int) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     base = f"http://127.0.0.1:{port}"
-    url = runs_table_url(base, exp_id) if exp_id else f"{base}/#/experiments?workflowType=machine_learning"
+    view = None
+    if exp_id:
+        try:  # the runs table opens with the headline metric, key params and provenance tags as columns
+            view = install_runs_view(tracker.client, exp_id, params)
+        except TrackingError as exc:
+            print(f"[lab] warning: {exc}; the runs table opens with MLflow's default columns", file=sys.stderr)
+    url = runs_table_url(base, exp_id, view) if exp_id else f"{base}/#/experiments?workflowType=machine_learning"
     print(f"[lab] MLflow UI for {uri}\n[lab] open: {url}", flush=True)
     mlflow = str(Path(sys.executable).with_name("mlflow"))
     cmd = [mlflow if os.path.exists(mlflow) else "mlflow", "ui", "--backend-store-uri", uri,

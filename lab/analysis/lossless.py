@@ -80,22 +80,25 @@ def _n(k: int, noun: str) -> str:
 
 def _not_checked(reason: str) -> dict[str, Any]:
     return {"status": "not checked", "reason": reason, "pairs": 0, "identical": 0, "identical_share": None,
-            "missing_ids": 0, "unmatched": 0, "first_divergence_token_min": None,
+            "total_pairs": 0, "failed": 0, "missing_ids": 0, "unmatched": 0, "first_divergence_token_min": None,
             "first_divergence_token_median": None, "divergent": [], "prompts": [], "points": {},
             "passed": None, "warning": None}
 
 
 def _check_mode(mode: str, base: dict, other: dict, baseline: str, min_share: float,
                 heads: Mapping[int, str]) -> dict[str, Any]:
-    pairs = identical = missing = unmatched = 0
+    pairs = identical = missing = unmatched = failed = 0
     divergent: list[dict[str, Any]] = []
     per_prompt: dict[Any, dict[str, Any]] = defaultdict(lambda: {"pairs": 0, "identical": 0, "first": []})
     per_point: dict[Any, list[int]] = defaultdict(lambda: [0, 0])  # [pairs, identical]
-    for key in sorted(base.keys() | other.keys(), key=lambda k: (str(k[0]), k[1] if k[1] is not None else -1, k[2])):
+    keys = base.keys() | other.keys()
+    for key in sorted(keys, key=lambda k: (str(k[0]), k[1] if k[1] is not None else -1, k[2])):
         rb, ro = base.get(key), other.get(key)
-        if (rb is None or ro is None or not rb.get("ok") or not ro.get("ok")
-                or rb.get("prompt_index") != ro.get("prompt_index")):
+        if rb is None or ro is None or rb.get("prompt_index") != ro.get("prompt_index"):
             unmatched += 1
+            continue
+        if not rb.get("ok") or not ro.get("ok"):
+            failed += 1  # a request that failed on either side has no output to compare
             continue
         ib, io = rb.get("output_ids"), ro.get("output_ids")
         if not isinstance(ib, list) or not isinstance(io, list):
@@ -124,8 +127,8 @@ def _check_mode(mode: str, base: dict, other: dict, baseline: str, min_share: fl
                                f"Fix: re-run `dvc repro {' '.join('bench@' + m for m in who or [mode])}`")
         else:
             out = _not_checked(f"no request matched the baseline's (same point, repeat, slot and prompt; "
-                               f"{unmatched} unmatched or failed)")
-        out.update(missing_ids=missing, unmatched=unmatched)
+                               f"{unmatched} unmatched, {failed} failed)")
+        out.update(missing_ids=missing, unmatched=unmatched, failed=failed, total_pairs=len(keys))
         return out
     firsts = [d["first_divergence_token"] for d in divergent]
     prompts = []
@@ -137,11 +140,12 @@ def _check_mode(mode: str, base: dict, other: dict, baseline: str, min_share: fl
                         "first_divergence_token_min": min(e["first"]) if e["first"] else None})
     share = identical / pairs
     out = {"status": "checked", "reason": None, "pairs": pairs, "identical": identical, "identical_share": share,
-           "missing_ids": missing, "unmatched": unmatched,
+           "total_pairs": len(keys), "failed": failed, "missing_ids": missing, "unmatched": unmatched,
            "first_divergence_token_min": min(firsts) if firsts else None,
            "first_divergence_token_median": statistics.median(firsts) if firsts else None,
            "divergent": divergent, "prompts": prompts,
-           "points": {p: {"pairs": n, "identical": k, "identical_share": k / n} for p, (n, k) in per_point.items()},
+           "points": {p: {"pairs": n, "identical": k, "identical_share": k / n,
+                          "total_pairs": sum(1 for key in keys if key[0] == p)} for p, (n, k) in per_point.items()},
            "passed": share >= min_share, "warning": None}
     if not out["passed"]:
         bad = [p for p in prompts if p["identical"] < p["pairs"]]
@@ -173,11 +177,12 @@ def check_lossless(records: Mapping[str, Iterable[Mapping[str, Any]]], baseline:
     :param prompt_texts: ``prompt_index -> text`` for the warning's short heads (optional).
     :param skip: ``mode -> reason`` for modes whose outputs are not expected to match.
     :returns: ``{"baseline", "temperature", "min_identical_share", "method", "modes": {mode:
-        {"status": "checked"|"not checked", "reason", "pairs", "identical", "identical_share",
-        "missing_ids", "unmatched", "first_divergence_token_min", "first_divergence_token_median",
+        {"status": "checked"|"not checked", "reason", "pairs" (compared), "identical", "identical_share",
+        "total_pairs" (the request slots of either mode), "failed" (either side not ok), "missing_ids",
+        "unmatched" (no partner or another prompt), "first_divergence_token_min", "first_divergence_token_median",
         "divergent": [{point, repeat, slot, prompt_index, first_divergence_token, tokens_baseline,
         tokens}], "prompts": [{prompt_index, head, pairs, identical, identical_share,
-        first_divergence_token_min}], "points": {point: {pairs, identical, identical_share}},
+        first_divergence_token_min}], "points": {point: {pairs, identical, identical_share, total_pairs}},
         "passed", "warning", "line"}}, "warnings": {mode: [text]}}``; ``line`` is
         :func:`summary_line` (what the answer prints). Token positions are 0-based.
     :raises ValueError: ``min_identical_share`` outside [0, 1].
@@ -208,23 +213,28 @@ def check_lossless(records: Mapping[str, Iterable[Mapping[str, Any]]], baseline:
 
 
 def summary_line(entry: Mapping[str, Any], baseline: str | None) -> str:
-    """One sentence on a mode's lossless check, for the answer (:mod:`lab.report.answer`)."""
+    """One sentence on a mode's lossless check, for the answer (:mod:`lab.report.answer`): how many
+    pairs were compared of how many, and why the rest were not, e.g. ``"lossless: 1/1 identical to
+    baseline's token for token (100.0 %) of 12 request pairs; 11 failed"``."""
     if entry.get("status") != "checked":
         return f"lossless: not checked: {entry.get('reason')}"
     n, k = entry["pairs"], entry["identical"]
-    text = f"lossless: {k}/{n} outputs identical to {baseline}'s token for token ({100 * k / n:.1f} %)"
+    total = entry.get("total_pairs") or n
+    text = f"lossless: {k}/{n} identical to {baseline}'s token for token ({100 * k / n:.1f} %) of {total} request pairs"
+    for count, why in ((entry.get("failed"), "failed"), (entry.get("missing_ids"), "without output_ids"),
+                       (entry.get("unmatched"), "unmatched")):
+        if count:
+            text += f"; {count} {why}"
     if entry.get("first_divergence_token_min") is not None:
         bad = sum(1 for p in entry.get("prompts", ()) if p["identical"] < p["pairs"])
         text += (f"; {bad} of {_n(len(entry.get('prompts', ())), 'prompt')} differ, first at token "
                  f"{entry['first_divergence_token_min']}")
-    if entry.get("missing_ids"):
-        text += f"; {entry['missing_ids']} pairs without output_ids not checked"
     return text
 
 
 def flat_metrics(result: Mapping[str, Any]) -> dict[str, float]:
     """Flat numbers for DVC and MLflow: ``<mode>.lossless.checked`` (1/0) and, when checked,
-    ``.identical_share``, ``.pairs``, ``.divergent_prompts`` and ``.first_divergence_token_min``
+    ``.identical_share``, ``.pairs`` (compared), ``.total_pairs``, ``.divergent_prompts`` and ``.first_divergence_token_min``
     (only when some output diverged)."""
     flat: dict[str, float] = {}
     for mode, e in (result.get("modes") or {}).items():
@@ -234,6 +244,7 @@ def flat_metrics(result: Mapping[str, Any]) -> dict[str, float]:
             continue
         flat[pre + "identical_share"] = float(e["identical_share"])
         flat[pre + "pairs"] = float(e["pairs"])
+        flat[pre + "total_pairs"] = float(e.get("total_pairs") or e["pairs"])
         flat[pre + "divergent_prompts"] = float(sum(1 for p in e["prompts"] if p["identical"] < p["pairs"]))
         if e["first_divergence_token_min"] is not None:
             flat[pre + "first_divergence_token_min"] = float(e["first_divergence_token_min"])

@@ -215,23 +215,24 @@ def _truth_rate_metrics(truth: Truth, recs: Sequence[Mapping[str, Any]], slo: An
     ``offered_rate_req_s``: (n - 1) / (last - first server arrival stamp); the catalog's
     counterparts (:meth:`lab.emulator.truth.Truth.run_metrics`) of ``output_tok_s``,
     ``decode_tok_s``, ``p50_ttft_ms``, ``p50_tpot_ms`` and ``accept_length``;
-    ``goodput_req_s``: requests whose truth TTFT and TPOT meet ``slo``
-    (:func:`lab.measure.goodput.is_good`) / the offered duration ``n / rate`` (as the client's,
-    :func:`lab.measure.goodput.run_load_metrics`).
+    ``goodput_req_s``: requests whose truth TTFT counted from the scheduled send time
+    (``first_token - t_scheduled``, the same clock) and truth TPOT meet ``slo``
+    (:func:`lab.measure.goodput.is_good`) / the truth window, last token minus the first scheduled
+    time (the client's measured window, :func:`lab.measure.goodput.run_load_metrics`).
     """
     from lab.measure.goodput import is_good
 
     reqs = [truth.requests[r["rid"]] for r in recs]
     arr = sorted(q["arrival"] for q in reqs)
-    ttft = [(q["first_token"] - q["arrival"]) * 1e3 for q in reqs]
+    ttft = [(q["first_token"] - r["t_scheduled"]) * 1e3 for q, r in zip(reqs, recs)]
     tpot = [((q["last_token"] - q["first_token"]) * 1e3 / (q["completion_tokens"] - 1))
             if q["completion_tokens"] > 1 else 0.0 for q in reqs]
-    window = len(reqs) / rate
+    window = (max(q["last_token"] for q in reqs) - min(r["t_scheduled"] for r in recs)) if reqs else 0.0
     base = truth.run_metrics([r["rid"] for r in recs])
+    good = [is_good(a, b, slo) for a, b in zip(ttft, tpot)]
     return {"offered_rate_req_s": (len(arr) - 1) / (arr[-1] - arr[0]) if len(arr) > 1 and arr[-1] > arr[0] else None,
             **{m: base[m] for m in RATE_METRICS if m in base},
-            "goodput_req_s": sum(is_good(a, b, slo) for a, b in zip(ttft, tpot)) / window if window > 0 else None,
-            "_good": [is_good(a, b, slo) for a, b in zip(ttft, tpot)]}
+            "goodput_req_s": sum(good) / window if window > 0 else None, "_good": good}
 
 
 def measure_rates(params: LabParams, mode_name: str, out_dir: Path, *, rates: Sequence[float], repeats: int,
@@ -255,7 +256,7 @@ def measure_rates(params: LabParams, mode_name: str, out_dir: Path, *, rates: Se
     :returns: ``{"mode", "rates": {"r4": {"rate", "repeats": [...], "median_error", "worst_error",
         "lag": {...}}}, "fidelity"}``.
     """
-    from lab.measure.goodput import is_good, run_load_metrics
+    from lab.measure.goodput import is_good, run_load_metrics, ttft_from_schedule_ms
     from lab.workload.arrivals import arrival_times, rate_key
     from lab.workload.dataset import workload
 
@@ -290,7 +291,8 @@ def measure_rates(params: LabParams, mode_name: str, out_dir: Path, *, rates: Se
         good_client = []
         for r in recs:
             m = request_metrics(r)
-            good_client.append(is_good(m["ttft_ms"], m["tpot_ms"] if (m["completion_tokens"] or 0) > 1 else 0.0, slo))
+            good_client.append(is_good(ttft_from_schedule_ms(r), m["tpot_ms"] if (m["completion_tokens"] or 0) > 1
+                                       else 0.0, slo))
         send_lag = [(r["t_send"] - r["t_scheduled"]) * 1e3 for r in recs]
         arr_lag = [(truth.requests[r["rid"]]["arrival"] - r["t_scheduled"]) * 1e3 for r in recs]
         pct = lambda v: {"p50": float(np.percentile(v, 50)), "p99": float(np.percentile(v, 99)),  # noqa: E731

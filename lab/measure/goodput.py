@@ -9,16 +9,25 @@ Definitions (one place; the bench stage and the comparison both call these):
   ``is_good_req = all(s >= r ...)`` over the SLO'd per-request metrics, TPOT 0 when
   ``output_len <= 1``), also AIPerf's ``goodput`` (requests meeting every ``--goodput``
   constraint per second).
-- ``goodput_req_s`` = good requests / a duration; ``goodput_tok_s`` = output tokens of the
-  good requests / the same duration (the token form). At a closed-loop point the duration is
-  the run's measured window (vLLM: ``request_goodput = good_completed / dur_s``). At an
-  open-loop rate point it is the offered duration ``n / rate`` (so goodput = rate x SLO
-  attainment, the rate the system serves within the SLO at that offered load, as DistServe
-  (Zhong et al., OSDI 2024) reads goodput). Why not vLLM's measured duration there: with a
-  long run it is the arrival span, but with the few requests of a repeat the drain after the
-  last arrival dominates it, and a mode that drains faster "beats" the baseline while both
-  meet the SLO for every request (measured on the emulator with the default params: 1.20x
-  [1.18, 1.22] at r12, both at 100 % attainment).
+- At an open-loop rate point TTFT is judged **from the scheduled send time** (``t_scheduled``,
+  :mod:`lab.measure.client`), not from ``t_send``: a request the client sent late (it fell behind
+  its schedule, or a ``bench.rate_max_concurrency`` slot kept it waiting) was late for its user,
+  so the lag counts against the SLO. At a closed-loop point there is no schedule and TTFT counts
+  from ``t_send`` (:func:`lab.measure.records.request_metrics`). The run's reported
+  ``p50_ttft_ms`` stays from ``t_send`` (what the server can be held to; the accuracy check
+  compares it with the emulator's arrival stamps); ``p99_schedule_lag_ms`` is the difference, and
+  :func:`lab.measure.hygiene.hygiene_warnings` warns above
+  :data:`lab.measure.hygiene.SCHEDULE_LAG_WARN_MS`.
+- ``goodput_req_s`` = good requests / the run's **measured** window (``wall_s``,
+  :func:`lab.measure.records.measured_window_s`: first dispatch to last end), at every point,
+  closed loop and rate points alike: vLLM's ``request_goodput = good_completed / dur_s``
+  (``vllm/benchmarks/serve.py`` ``calculate_metrics``; ``dur_s`` is the benchmark's measured
+  duration). ``goodput_tok_s`` = output tokens of the good requests / the same window (the token
+  form). Good requests are ok requests, so ``goodput_req_s <= request_throughput_req_s`` always
+  (a test). A rate point with few requests has a window that includes the drain after the last
+  arrival, so a mode that drains faster serves more good requests per second even when every
+  request of both modes met the SLO; ``slo_attainment`` is the share that met it, whatever the
+  window.
 - ``slo_attainment`` = good / requests sent (errors count as not good);
   ``request_throughput_req_s`` = ok requests / measured window.
 - ``output_tok_s_per_user``: mean over ok requests of completion_tokens / e2e seconds (the
@@ -27,7 +36,8 @@ Definitions (one place; the bench stage and the comparison both call these):
   throughput-interactivity trade-off inference teams plot for each configuration).
 - ``p99_schedule_lag_ms`` (rate points): p99 of ``t_send - t_scheduled``: how far behind
   the arrival schedule requests left the client (a concurrency cap's queueing included;
-  the client's own share is ``dispatch_delay_ms``, flagged by :mod:`lab.measure.hygiene`).
+  the client's own share is ``dispatch_delay_ms``). Both are warned about by
+  :func:`lab.measure.hygiene.hygiene_warnings`, each with its fix.
 
 The comparison of these across modes (goodput speedups, the Pareto frontier, "beats up to N
 req/s") is :mod:`lab.analysis.load`; the metrics' declarations (units, intervals, where shown)
@@ -43,7 +53,7 @@ import numpy as np
 
 from lab.measure.records import request_metrics
 
-__all__ = ["is_good", "run_load_metrics"]
+__all__ = ["is_good", "run_load_metrics", "ttft_from_schedule_ms"]
 
 
 def is_good(ttft_ms: float | None, tpot_ms: float | None, slo: Any) -> bool:
@@ -59,6 +69,19 @@ def is_good(ttft_ms: float | None, tpot_ms: float | None, slo: Any) -> bool:
     return True
 
 
+def ttft_from_schedule_ms(record: Mapping[str, Any]) -> float | None:
+    """TTFT of one open-loop request counted from its scheduled send time, ms: first content
+    chunk minus ``t_scheduled`` (module docstring). Falls back to ``t_send`` when the record has
+    no schedule (a closed-loop record); None for a failed request or one without chunks."""
+    chunks = record.get("chunks") or []
+    start = record.get("t_scheduled")
+    if start is None:
+        start = record.get("t_send")
+    if not record.get("ok") or not chunks or start is None:
+        return None
+    return (chunks[0][0] - start) * 1e3
+
+
 def run_load_metrics(records: Sequence[Mapping[str, Any]], wall_s: float, slo: Any,
                      rate_req_s: float | None = None) -> dict[str, Any]:
     """The load metrics of one run (module docstring for the definitions).
@@ -66,17 +89,16 @@ def run_load_metrics(records: Sequence[Mapping[str, Any]], wall_s: float, slo: A
     :param records: client records of the run (:mod:`lab.measure.client`).
     :param wall_s: the run's measured window, seconds (> 0; :func:`lab.measure.records.measured_window_s`).
     :param slo: ``bench.slo`` (or a mapping with ``ttft_ms``/``tpot_ms``).
-    :param rate_req_s: the offered rate of an open-loop point (None: a closed-loop point);
-        goodput then divides by ``len(records) / rate_req_s`` instead of ``wall_s``.
+    :param rate_req_s: the offered rate of an open-loop point (None: a closed-loop point); at a
+        rate point TTFT is judged from each record's ``t_scheduled`` (module docstring).
     :returns: ``{metric: value}``; ``p99_schedule_lag_ms`` None without ``t_scheduled``,
         ``output_tok_s_per_user`` None without an ok request.
-    :raises ValueError: ``wall_s`` not positive.
+    :raises ValueError: ``wall_s`` not positive, ``rate_req_s`` not > 0.
     """
     if not wall_s or wall_s <= 0:
         raise ValueError(f"wall_s={wall_s}: must be a positive duration in seconds")
     if rate_req_s is not None and not rate_req_s > 0:
         raise ValueError(f"rate_req_s={rate_req_s}: must be > 0 requests/s")
-    window = wall_s
     good = good_tok = ok = 0
     per_user: list[float] = []
     for r in records:
@@ -88,15 +110,14 @@ def run_load_metrics(records: Sequence[Mapping[str, Any]], wall_s: float, slo: A
         if m["e2e_ms"]:
             per_user.append(n / (m["e2e_ms"] / 1e3))
         tpot = m["tpot_ms"] if n > 1 else 0.0
-        if m["ttft_ms"] is not None and is_good(m["ttft_ms"], tpot, slo):
+        ttft = ttft_from_schedule_ms(r) if rate_req_s is not None else m["ttft_ms"]
+        if ttft is not None and is_good(ttft, tpot, slo):
             good += 1
             good_tok += n
-    if rate_req_s is not None and records:
-        wall_s = len(records) / rate_req_s  # the offered duration (module docstring)
     lags = [(r["t_send"] - r["t_scheduled"]) * 1e3 for r in records
             if r.get("t_scheduled") is not None and r.get("t_send") is not None]
     return {"goodput_req_s": good / wall_s, "goodput_tok_s": good_tok / wall_s,
             "slo_attainment": good / len(records) if records else None,
-            "request_throughput_req_s": ok / window,
+            "request_throughput_req_s": ok / wall_s,
             "output_tok_s_per_user": float(np.mean(per_user)) if per_user else None,
             "p99_schedule_lag_ms": float(np.percentile(lags, 99)) if lags else None}

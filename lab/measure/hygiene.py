@@ -46,6 +46,7 @@ __all__ = [
     "accounting_check",
     "dispatch_delay_summary",
     "DISPATCH_DELAY_WARN_MS",
+    "SCHEDULE_LAG_WARN_MS",
     "coefficient_of_variation",
     "warmup_until_stable",
     "run_hygiene",
@@ -319,6 +320,39 @@ MIN_WAVES = 4
 DISPATCH_DELAY_WARN_MS = 5.0
 
 
+#: p99 schedule lag (``t_send - t_scheduled``) at an open-loop rate point above which it is warned
+#: about, ms. Goodput judges TTFT from the schedule (:mod:`lab.measure.goodput`), so a lag is
+#: charged to the SLO; 50 ms is a tenth of the example 500 ms TTFT SLO (params.yaml) and about
+#: four of the seeds' 12 ms decode steps: past it the arrivals the server saw are no longer the
+#: configured process and the lag decides the TTFT verdict rather than the engine.
+SCHEDULE_LAG_WARN_MS = 50.0
+
+
+def _schedule_lag_rows(per_run: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One warning per rate point whose p99 schedule lag exceeds :data:`SCHEDULE_LAG_WARN_MS` in
+    some repeat (its worst repeat named), with the fix for its cause: the concurrency cap's
+    queueing (``concurrency`` > 0 at a rate point is ``bench.rate_max_concurrency``) or the client
+    itself falling behind."""
+    worst: dict[str, tuple[float, Any, int]] = {}
+    for r in per_run:
+        lag = r.get("p99_schedule_lag_ms")
+        if r.get("request_rate") is None or lag is None or lag <= SCHEDULE_LAG_WARN_MS:
+            continue
+        key = str(r.get("point") or f"r{r['request_rate']:g}")
+        if lag > worst.get(key, (-1.0, None, 0))[0]:
+            worst[key] = (float(lag), r.get("repeat"), int(r.get("concurrency") or 0))
+    out = []
+    for key, (lag, rep, cap) in sorted(worst.items()):
+        cause = (f"the concurrency cap (bench.rate_max_concurrency: {cap}) held requests back"
+                 if cap else "the client fell behind its arrival schedule")
+        fix = ("raise bench.rate_max_concurrency (0 = no cap) or lower the rate" if cap else
+               "run the benchmark on an idle machine or core, or lower the rate")
+        out.append(f"{key}: schedule lag p99 {lag:.0f} ms (repeat {rep}) > {SCHEDULE_LAG_WARN_MS:g} ms: {cause}, "
+                   "so requests left later than their arrival times; goodput counts TTFT from the scheduled "
+                   f"time, so the lag is charged to the SLO. Fix: {fix}")
+    return out
+
+
 def hygiene_warnings(per_run: Sequence[Mapping[str, Any]], warmup: Mapping[str, Any] | None) -> list[str]:
     """Human-readable warnings for result.json and metrics.json (empty list: all clean).
 
@@ -328,6 +362,8 @@ def hygiene_warnings(per_run: Sequence[Mapping[str, Any]], warmup: Mapping[str, 
 
     Besides accounting and looping outputs, a level whose p99 client dispatch delay exceeds
     :data:`DISPATCH_DELAY_WARN_MS` in some repeat is flagged (once, with its worst repeat), and
+    an open-loop rate point whose p99 schedule lag exceeds :data:`SCHEDULE_LAG_WARN_MS` is flagged
+    (once, with its worst repeat and the fix), and
     a level above concurrency 1 that sends fewer
     than :data:`MIN_WAVES` x concurrency requests is flagged: its batch never reaches a
     steady state (measured on the emulator: eagle3_decode at c=8 gave 1.10x baseline with 8
@@ -364,6 +400,7 @@ def hygiene_warnings(per_run: Sequence[Mapping[str, Any]], warmup: Mapping[str, 
                    "configured and latencies include client queueing. Fix: run the benchmark on an idle "
                    f"machine or core{'' if c == '1' else (', or lower concurrency' if lvl.startswith('c=') else ', or a lower rate')} "
                    "(p50/p99_dispatch_delay_ms are in the results)")
+    out += _schedule_lag_rows(per_run)
     out += _first_use_rows(per_run)
     for r in per_run:
         h = r.get("hygiene") or {}

@@ -24,7 +24,8 @@ class ModeResult:
     """Everything one mode's benchmark produced; ``None`` fields were not reached.
 
     ``result.json`` keys, in order: ``status`` (``"failed"`` until all succeeded, then
-    ``"ok"``), ``mode``, ``engine``, ``launch`` (this engine start's number, 1-based) of
+    ``"ok"``), ``mode``, ``engine``, ``provenance`` (what the numbers stand on:
+    :func:`lab.engine.registry.provenance`), ``launch`` (this engine start's number, 1-based) of
     ``launches`` (``bench.launches``), ``mlflow_run_id``, ``server_command``, ``dataset`` (where
     the prompts came from, their SHA-256 and per-index categories:
     :func:`lab.workload.sources.load_bench_prompts`), ``preflight``,
@@ -43,6 +44,7 @@ class ModeResult:
     status: str = "failed"
     mode: str
     engine: str
+    provenance: dict[str, str] | None = None
     launch: int = 1
     launches: int = 1
     mlflow_run_id: str | None = None

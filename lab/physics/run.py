@@ -40,8 +40,26 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
+def headline(metrics: Mapping[str, Any]) -> dict[str, str]:
+    """The stage's few words for ``dvc metrics show`` (``headline.json``, the keys every headline
+    file has, :mod:`lab.report.tables`): ``headline`` (the status, or the verify/decode forward
+    ratios) and ``source`` (what ran: the device, PyTorch's layer stack with random weights)."""
+    if metrics.get("status") != STATUS_OK:
+        return {"headline": f"physics stage {metrics.get('status')}", "source": "-"}
+    r = metrics.get("ratios") or {}
+    t = (metrics.get("params") or {}).get("verify_tokens")
+    parts = [f"{label} {r[k]:.2f}x" for k, label in (("verify_over_decode_graph", "graph"),
+                                                      ("eager_verify_over_graph_decode", "eager vs graph decode"))
+             if r.get(k) is not None]
+    dev = (metrics.get("device") or {}).get("name") or (metrics.get("device") or {}).get("type") or "?"
+    return {"headline": f"verify {t} tokens over decode 1: " + (", ".join(parts) or "no ratio"),
+            "source": f"physics: {dev}, random weights, layer stack (not the served model)"}
+
+
 def write_metrics(metrics: Mapping[str, Any], out_dir: str | Path) -> Path:
-    """Write ``metrics`` as ``<out_dir>/metrics.json`` (indented, NaN as null); returns the path."""
+    """Write ``metrics`` as ``<out_dir>/metrics.json`` (indented, NaN as null) and its
+    :func:`headline` as ``<out_dir>/headline.json`` (the stage's DVC metrics); returns the path
+    of ``metrics.json``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -58,6 +76,7 @@ def write_metrics(metrics: Mapping[str, Any], out_dir: str | Path) -> Path:
     from lab.atomic import write_text_atomic
 
     write_text_atomic(p, json.dumps(clean(dict(metrics)), indent=1) + "\n")
+    write_text_atomic(out / "headline.json", json.dumps(headline(metrics), indent=1) + "\n")
     return p
 
 

@@ -6,7 +6,7 @@ Inputs are ``results/<mode>/result.json``, ``runs.json`` and ``requests.jsonl`` 
 :mod:`lab.pipeline.bench`. Outputs under ``reports/``: ``comparison.json`` (per mode and
 level, mean and 95 % t-interval of the headline metrics, speedup over the baseline with a
 Welch log-ratio interval and a verdict, the paired per-prompt speedup of
-:mod:`lab.analysis.paired`, and the lossless check of :mod:`lab.analysis.lossless`), ``summary.json`` (its flat numbers, the DVC metrics file),
+:mod:`lab.analysis.paired`, and the lossless check of :mod:`lab.analysis.lossless`), ``summary.json`` (its flat numbers and each mode's provenance), ``headline/<mode>.json`` (what DVC shows as metrics: :func:`lab.report.tables.headline_record`),
 ``summary.csv`` (one row per mode x point), ``concurrency.csv`` (its closed-loop
 rows, for the ``dvc plots`` against concurrency), ``categories.csv`` (accept
 length and speedup per prompt category, :mod:`lab.analysis.taskmix`), ``lossless.csv``
@@ -22,8 +22,10 @@ from typing import Any
 
 from lab.analysis.comparison import (add_lossless, engine_caption, interval_note, launch_unit_frame, lean_numbers,
                                      load_launches, load_results, requests_frame, runs_frame, summarize)
+from lab.analysis.crosschecks import crosscheck_summary
 from lab.analysis.load import add_load
 from lab.analysis.paired import add_paired
+from lab.analysis.provenance import add_provenance, provenance_sentence, tag_rows
 from lab.config import LabParams, repo_root
 
 __all__ = ["run_compare"]
@@ -64,11 +66,13 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     summary = summarize(results, runs, baseline)
     # per-prompt speedup beside the per-repeat one, clustered by launch or repeat where requests share them
     add_paired(summary, res_dir, baseline, launches=launches, results=results)
-    summary["caption"] = engine_caption(results, params.emulator.profile)
+    prov = add_provenance(summary, results)  # engine, timing, weights, acceptance on every row (issue 22)
+    summary["caption"] = f"{engine_caption(results, params.emulator.profile).rstrip('.')}. Provenance: {provenance_sentence(prov)}"
     summary["interval_note"] = interval_note(summary)  # what the intervals span, on every figure
     runs_drawn = launch_unit_frame(runs)  # figures' error bars over the same units as the intervals
     summary["effective_config"] = {m: r.get("effective_config") for m, r in results.items()}
     summary["warnings"] = {m: r["warnings"] for m, r in results.items() if r.get("warnings")}  # hygiene, per mode
+    summary["crosscheck"] = crosscheck_summary(results)  # client vs server clocks, for the answer and the report
     add_lossless(summary, res_dir, modes, baseline, bench=params.bench, lossless=params.lossless,  # issue 15
                  simulated={m for m, p in params.modes.items() if p.simulate_accept_length is not None})
     summary["figures"] = figures.draw_all(primary_runs(runs_drawn), requests_frame(res_dir, modes),
@@ -78,7 +82,7 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     from lab.report.task_categories import draw_taskmix, write_categories_csv
 
     write_categories_csv(add_taskmix(summary, results, res_dir, requests_frame(res_dir, modes)),
-                         rep_dir / "categories.csv")  # dvc plots
+                         rep_dir / "categories.csv", provenance=prov)  # dvc plots
     summary["figures"].update(draw_taskmix(summary, rep_dir / "figures"))
     summary["trace"] = trace_section(results, rep_dir / "figures", baseline=baseline, caption=summary["caption"])
     if summary["trace"] and summary["trace"]["figure"]:
@@ -88,12 +92,13 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     if pareto is not None:
         from lab.report.load_figures import pareto_figures
 
-        write_csv(pareto, rep_dir / "pareto.csv")
+        write_csv(tag_rows(pareto, prov), rep_dir / "pareto.csv")
         summary["figures"].update(pareto_figures(pareto, rep_dir / "figures", caption=summary["caption"],
                                                  baseline=baseline))
     write_csv(summary["rows"], rep_dir / "summary.csv")
     write_csv(concurrency_rows(summary["rows"]), rep_dir / "concurrency.csv")  # dvc plots vs concurrency
-    write_csv(lossless_rows(summary.get("lossless")), rep_dir / "lossless.csv", LOSSLESS_COLUMNS)  # dvc plots
+    write_csv(tag_rows(lossless_rows(summary.get("lossless")), prov), rep_dir / "lossless.csv",
+              LOSSLESS_COLUMNS)  # dvc plots
     # Opens with the answer (each warning once, naming its modes), then the full table.
     write_summary_markdown(rep_dir / "summary.md", answer_markdown(summary, "report.html"), summary["rows"], baseline)
     report.write_report(summary, rep_dir / "report.html", engine=params.engine, modes=params.modes)

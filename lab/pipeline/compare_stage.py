@@ -62,7 +62,7 @@ def compare_stage(params: LabParams, params_file: str | None = None) -> Stage:
 
 #: What the compare stage writes in ``reports/`` (its ``dvc.yaml`` outputs and its run record).
 REPORT_FILES = ("summary.csv", "concurrency.csv", "pareto.csv", "lossless.csv", "categories.csv", "compare.ipynb",
-                "comparison.json", "report.html", "summary.md", "figures", "summary.json", "mlflow_run.json")
+                "comparison.json", "report.html", "summary.md", "figures", "summary.json", "headline", "mlflow_run.json")
 
 
 def print_answer(notebook: Path) -> None:

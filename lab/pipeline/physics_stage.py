@@ -74,7 +74,7 @@ def physics_stage(params: LabParams) -> Stage:
 
     return Stage(dvc_name="physics", notebook="physics", results_dir="results/physics",
                  parameters={"physics": params.physics.model_dump(mode="json")}, complete=_physics_complete,
-                 owned=("metrics.json", "physics.ipynb", "mlflow_run.json", "profile", "profile.png", *FIGURE_FILES),
+                 owned=("metrics.json", "headline.json", "physics.ipynb", "mlflow_run.json", "profile", "profile.png", *FIGURE_FILES),
                  without_kernel=_physics_not_run)
 
 

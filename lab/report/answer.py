@@ -1,4 +1,4 @@
-"""The answer in a few lines: per mode, its speedup over the baseline at each concurrency.
+"""The answer: one line per mode a performance engineer can act on, then the detail.
 
 One renderer for every place that states the answer: the end of ``dvc repro`` (printed by
 the compare stage, :mod:`lab.pipeline.compare_stage`), the top of ``reports/report.html`` and
@@ -9,10 +9,18 @@ the compare stage, :mod:`lab.pipeline.compare_stage`), the top of ``reports/repo
 - ``modes``: ``{mode: {point: entry}}``; an entry holds ``concurrency``, the means of the
   metrics :mod:`lab.catalog` states in the answer (``{"mean": ...}``: accept length, verify
   ms) and the speedups of the others (``speedup_<metric>``, ``paired_speedup_<metric>``:
-  ``{"ratio", "ci95_lo", "ci95_hi", "verdict"}``);
-- ``load``: :func:`lab.analysis.load.add_load`'s section; its ``sentences`` (one per
-  speculative mode: "eagle3_decode beats baseline up to N req/s at this SLO (...)") are
-  stated after the per-concurrency lines (None or absent: no rate points);
+  ``{"ratio", "ci95_lo", "ci95_hi", "verdict"}``, and from the launch-aware comparison, where
+  it gives them, ``scope`` (the interval's label, e.g. ``"across 3 launches"``) or
+  ``launches`` (how many engine launches per mode it spans));
+- ``launches`` (optional): launches per mode, an int or ``{mode: int}`` (read when a speedup
+  entry carries neither ``scope`` nor ``launches``; absent: ``"within one launch"``);
+- ``provenance``: ``{mode: {engine, timing, weights, acceptance}}`` (:mod:`lab.analysis.provenance`);
+- ``crosscheck``: ``{mode: {point: {"count", "max_disagreement", "checks"}}}``
+  (:func:`lab.analysis.crosschecks.crosscheck_summary`);
+- ``break_even``: per speculative mode at its lowest concurrency, the break-even explanation
+  (:func:`lab.analysis.theory.explain`);
+- ``load``: :func:`lab.analysis.load.add_load`'s section (its ``sentences``, one per
+  speculative mode, come after the per-point detail; None or absent: no rate points);
 - ``lossless`` (optional): :func:`lab.analysis.lossless.check_lossless`'s dict; each mode's
   ``line`` is stated under the mode;
 - ``taskmix`` (optional): per-category rows of :func:`lab.analysis.taskmix.add_taskmix`,
@@ -21,24 +29,39 @@ the compare stage, :mod:`lab.pipeline.compare_stage`), the top of ``reports/repo
   when two modes resolved to the same configuration; ``caption``: which engine produced
   the numbers.
 
-What is stated is the catalog's ``answer`` place (:func:`answer_speedups`, :func:`answer_values`):
-a metric shown there adds its speedups, or its mean when it has none, to every rendering. Only
-points at the primary context and output length (``c1``, ``c8``...) are stated; the report's
-table has the others.
-This module imports nothing heavy (``lab summary`` must answer in well under 3 s).
+**One verdict per point.** The verdict is the per-repeat Welch interval of the catalog's headline
+metric (:func:`lab.catalog.headline_metric`, :data:`lab.catalog.VERDICT_SPEEDUP`: decode tok/s);
+the paired per-prompt estimate of the same metric is shown beside it without a verdict word, and
+the other speedups the catalog states in ``answer`` as ratio and interval only. The answer
+opens with one line per speculative mode (:func:`headline_lines`): its verdict and interval at its
+lowest closed-loop point, the interval's scope, and the verdicts at its other closed-loop points.
+
+Every line of :func:`answer_text` fits in :data:`WIDTH` characters (longer sentences are
+wrapped, continuation lines indented; only a single word longer than that, a long path, is kept
+whole). Only points at the primary context and output length
+(``c1``, ``c8``...) are stated; the report's table has the others. This module imports nothing
+heavy (``lab summary`` must answer in well under 3 s).
 """
 
 from __future__ import annotations
 
 import html
 import json
+import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
 from lab import catalog
+from lab.analysis.provenance import ONE_LAUNCH, scope_of
 
-__all__ = ["answer_speedups", "answer_values", "Answer", "build_answer", "group_warnings", "answer_text", "answer_markdown",
-           "answer_html", "load_answer"]
+__all__ = ["WIDTH", "ONE_LAUNCH", "answer_speedups", "answer_values", "Answer", "build_answer", "group_warnings", "answer_text",
+           "answer_markdown", "answer_html", "load_answer", "scope_of", "headline_lines", "mode_headline"]
+
+#: The widest line :func:`answer_text` prints (a terminal of 120 columns).
+WIDTH = 120
+
+
 
 def answer_speedups() -> list[tuple[str, str]]:
     """``(entry key, label)`` of every speedup the answer states, in order: those of the metrics
@@ -53,19 +76,23 @@ def answer_values() -> list[catalog.Metric]:
     return [m for m in catalog.shown_in(catalog.ANSWER) if not m.speedups]
 
 
-def _fmt_speedup(s: dict[str, Any] | None) -> str | None:
-    from lab.analysis.stats import format_speedup
+def _num(v: Any) -> float | None:
+    return None if v is None or not isinstance(v, (int, float)) or v != v else float(v)
 
-    if not s:
+
+def _ratio_text(s: dict[str, Any] | None, verdict: bool) -> str | None:
+    """``"0.75x [0.67, 0.84] slower"`` (``verdict``) or ``"0.74x [0.69, 0.79]"``; None without a ratio."""
+    if not s or _num(s.get("ratio")) is None or not math.isfinite(s["ratio"]):
         return None
-    num = lambda v: None if v is None or v != v else float(v)  # noqa: E731  (NaN -> None)
-    return format_speedup(num(s.get("ratio")), num(s.get("ci95_lo")), num(s.get("ci95_hi")), s.get("verdict"),
-                          scope=s.get("scope"), note=s.get("note"))  # what the interval spans, e.g. "within one launch"
+    lo, hi = _num(s.get("ci95_lo")), _num(s.get("ci95_hi"))
+    ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
+    word = f" {s.get('verdict')}" if verdict and s.get("verdict") else ""
+    why = f" ({s['note']})" if not ci and s.get("note") else ""  # no interval: why (e.g. no spread)
+    return f"{s['ratio']:.2f}x{ci}{word}{why}"
 
 
 def _mean(e: dict[str, Any], key: str) -> float | None:
-    v = (e.get(key) or {}).get("mean")
-    return None if v is None or v != v else float(v)
+    return _num((e.get(key) or {}).get("mean"))
 
 
 def group_warnings(warnings: dict[str, list[str]] | None) -> list[tuple[list[str], str]]:
@@ -80,104 +107,233 @@ def group_warnings(warnings: dict[str, list[str]] | None) -> list[tuple[list[str
     return [(modes, w) for w, modes in out.items()]
 
 
+def _primary(points: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The closed-loop points at the primary context/output length, lowest concurrency first."""
+    out = [(k, e) for k, e in points.items() if k == f"c{e.get('concurrency')}"]
+    return sorted(out, key=lambda kv: kv[1].get("concurrency") or 0)
+
+
+def mode_headline(comparison: dict[str, Any], mode: str) -> dict[str, Any] | None:
+    """The verdict of one speculative mode at its lowest closed-loop point: ``{"point", "ratio",
+    "ci95_lo", "ci95_hi", "verdict", "scope", "text", "others": [(point, verdict, ratio)]}``;
+    ``text`` is ``"1.15x faster at c1 [1.07, 1.24], within one launch"``. None without a speedup."""
+    key = catalog.speedup_key(catalog.headline_metric().name, catalog.VERDICT_SPEEDUP)
+    stated = [(p, e[key]) for p, e in _primary((comparison.get("modes") or {}).get(mode) or {})
+              if e.get(key) and _num(e[key].get("ratio")) is not None and math.isfinite(e[key]["ratio"])]
+    if not stated:
+        return None
+    (point, s), rest = stated[0], stated[1:]
+    lo, hi = _num(s.get("ci95_lo")), _num(s.get("ci95_hi"))
+    scope = scope_of(s, comparison, mode)
+    ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else " (no interval)"
+    text = f"{s['ratio']:.2f}x {s.get('verdict') or 'not judged'} at {point}{ci}, {scope}"
+    return {"point": point, "ratio": s["ratio"], "ci95_lo": lo, "ci95_hi": hi, "verdict": s.get("verdict"),
+            "scope": scope, "text": text, "others": [(p, o.get("verdict"), o["ratio"]) for p, o in rest]}
+
+
+def headline_lines(comparison: dict[str, Any]) -> list[tuple[str, str]]:
+    """``[(mode, line)]``, one per mode with a speedup: ``"eagle3_decode: 1.15x faster at c1
+    [1.07, 1.24], within one launch; not distinguishable at c8 (1.10x)"`` (the other closed-loop
+    points grouped by verdict, each with its ratio)."""
+    out = []
+    baseline = comparison.get("baseline")
+    for mode in comparison.get("modes") or {}:
+        if mode == baseline:
+            continue
+        h = mode_headline(comparison, mode)
+        if h is None:
+            out.append((mode, f"{mode}: no speedup (no {baseline or 'baseline'} at its points)"))
+            continue
+        groups: dict[str, list[str]] = {}
+        for p, v, r in h["others"]:
+            groups.setdefault(v or "not judged", []).append(f"{p} ({r:.2f}x)")
+        tail = "".join(f"; {v} at {', '.join(ps)}" for v, ps in groups.items())
+        out.append((mode, f"{mode}: {h['text']}{tail}"))
+    return out
+
+
 class Answer:
     """The answer's content, independent of its rendering.
 
-    :ivar rows: per non-baseline mode, ``(mode, [(point, [(label, speedup text)], [value
-        text]...)])`` (``"accept length 1.84"``, :meth:`lab.catalog.Metric.text`); the baseline
-        itself, or every mode when there is no baseline, is listed with its points and no speedup.
+    :ivar headlines: :func:`headline_lines`.
+    :ivar rows: per non-baseline mode, ``(mode, [(point, verdict text, [beside texts], [value
+        texts])])``: the verdict (``"decode tok/s 0.75x [0.67, 0.84] slower"``), the estimates
+        beside it (the paired per-prompt one, the other speedups), the means
+        (``"accept length 1.84"``, :meth:`lab.catalog.Metric.text`).
     :ivar warnings: :func:`group_warnings` of the comparison's warnings.
     :ivar notice, caption, report: the identical-configuration notice, the engine caption,
         and where ``report.html`` is (or None).
+    :ivar provenance: the provenance sentence (:func:`lab.analysis.provenance.provenance_sentence`).
     :ivar lossless: ``{mode: sentence}`` of the lossless check (empty when not run).
+    :ivar break_even: ``{mode: explanation}`` at the mode's lowest concurrency.
+    :ivar crosscheck: ``{mode: sentence}``: where the client's and the server's clocks disagreed.
     :ivar load: the open-loop sentences, one per speculative mode (empty: no rate points).
     """
 
-    def __init__(self, rows, baseline, warnings, notice, caption, report, lossless=None, load=()) -> None:
+    def __init__(self, rows, baseline, warnings, notice, caption, report, lossless=None, load=(), headlines=(),
+                 provenance="", break_even=None, crosscheck=None) -> None:
         self.rows, self.baseline, self.warnings = rows, baseline, warnings
         self.notice, self.caption, self.report = notice, caption, report
         self.lossless: dict[str, str] = dict(lossless or {})
         self.load = list(load)
+        self.headlines = list(headlines)
+        self.provenance = provenance
+        self.break_even: dict[str, str] = dict(break_even or {})
+        self.crosscheck: dict[str, str] = dict(crosscheck or {})
+
+
+def _provenance_sentence(comparison: dict[str, Any]) -> str:
+    from lab.analysis.provenance import provenance_sentence
+
+    return provenance_sentence(comparison.get("provenance") or {})
+
+
+def _crosscheck_sentences(comparison: dict[str, Any]) -> dict[str, str]:
+    from lab.analysis.crosschecks import crosscheck_sentence
+
+    out = {}
+    for mode, points in (comparison.get("crosscheck") or {}).items():
+        if text := crosscheck_sentence(points):
+            out[mode] = text
+    return out
 
 
 def build_answer(comparison: dict[str, Any], report_path: str | Path | None = None) -> Answer:
     """Collect the answer from a comparison (module docstring); ``report_path`` is shown as given."""
     baseline = comparison.get("baseline")
+    head = catalog.headline_metric()
+    verdict_key = catalog.speedup_key(head.name, catalog.VERDICT_SPEEDUP)
     rows = []
     speedups, values = answer_speedups(), answer_values()
     for mode, points in (comparison.get("modes") or {}).items():
         if mode == baseline:
             continue
         lines = []
-        for key, e in points.items():
-            if key != f"c{e.get('concurrency')}":
-                continue  # off the primary context/output length
-            stated = [(label, t) for k, label in speedups if (t := _fmt_speedup(e.get(k)))]
-            lines.append((key, stated, [m.text(v) for m in values if (v := _mean(e, m.name)) is not None]))
+        for key, e in _primary(points):
+            verdict = _ratio_text(e.get(verdict_key), verdict=True)
+            if verdict:
+                verdict = f"{head.header} {verdict}, {scope_of(e.get(verdict_key), comparison, mode)}"
+            paired_key = catalog.speedup_key(head.name, "per_prompt")
+            beside = [f"{'paired per prompt' if k == paired_key else label} {t}" for k, label in speedups
+                      if k != verdict_key and (t := _ratio_text(e.get(k), verdict=False))]
+            lines.append((key, verdict, beside, [m.text(v) for m in values if (v := _mean(e, m.name)) is not None]))
         rows.append((mode, lines))
     lossless = {m: e["line"] for m, e in ((comparison.get("lossless") or {}).get("modes") or {}).items()
                 if e.get("line")}
     load = list(((comparison.get("load") or {}).get("sentences") or {}).values())
+    be: dict[str, str] = {}
+    for b in sorted(comparison.get("break_even") or [], key=lambda b: b.get("concurrency") or 0):
+        be.setdefault(b["mode"], b.get("explanation") or "")
     return Answer(rows, baseline, group_warnings(comparison.get("warnings")), comparison.get("notice"),
-                  comparison.get("caption"), str(report_path) if report_path else None, lossless, load)
+                  comparison.get("caption"), str(report_path) if report_path else None, lossless, load,
+                  headlines=headline_lines(comparison) if baseline else [],
+                  provenance=_provenance_sentence(comparison), break_even=be,
+                  crosscheck=_crosscheck_sentences(comparison))
 
 
 #: Heading of the open-loop sentences (lab.analysis.load).
-LOAD_HEADING = "Under open-loop load (requests arriving at a rate; goodput = requests/s meeting the SLO):"
+LOAD_HEADING = "Under open-loop load (requests arriving at a rate; goodput = requests meeting the SLO per measured second):"
+#: Heading of the detail, saying which estimate is the verdict.
+DETAIL_HEADING = ("Detail per point (the verdict is the per-repeat interval; the paired per-prompt estimate "
+                  "is shown beside it):")
+#: Heading of the cross-check lines.
+CROSSCHECK_HEADING = ("Cross-checks: the client's cycle, the scheduler's step and the GPU's time disagree by more "
+                      "than 10 % (result.json levels.<point>.crosscheck_flags):")
 
 
-def _point_text(point: str, speedups: list[tuple[str, str]], values: list[str]) -> str:
-    said = ", ".join(f"{label} {t}" for label, t in speedups) or "no speedup (no baseline at this point)"
+def _point_text(point: str, verdict: str | None, beside: list[str], values: list[str]) -> str:
+    said = verdict or "no speedup (no baseline at this point)"
+    if beside:
+        said += f" ({'; '.join(beside)})"
     return f"{point}: {said}" + (f"; {', '.join(values)}" if values else "")
 
 
-def _headline(a: Answer) -> str:
-    return (f"Does EAGLE-3 beat plain decoding here? Speedup over {a.baseline} [95 % CI] per concurrency:"
-            if a.baseline else "No baseline mode in this comparison: no speedups (set baseline_mode in params.yaml).")
+def _question(a: Answer) -> str:
+    if not a.baseline:
+        return "No baseline mode in this comparison: no speedups (set baseline_mode in params.yaml)."
+    m = catalog.headline_metric()
+    return f"Does EAGLE-3 beat plain decoding here? {m.header} speedup over {a.baseline} [95 % CI]:"
+
+
+def _wrap(text: str, indent: int, more: int = 4) -> list[str]:
+    """``text`` in lines of at most :data:`WIDTH` characters, indented by ``indent`` spaces, the
+    continuation lines by ``indent + more``. A single word longer than a line (a long path) is
+    kept whole, so it can be copied."""
+    return textwrap.wrap(text, WIDTH, initial_indent=" " * indent, subsequent_indent=" " * (indent + more),
+                         break_long_words=False, break_on_hyphens=False) or [" " * indent]
 
 
 def answer_text(comparison: dict[str, Any], report_path: str | Path | None = None) -> str:
-    """Plain text, a few lines (what ``dvc repro`` ends with and ``lab summary`` starts with)."""
+    """Plain text: the one-line verdicts first, then the detail (what ``dvc repro`` ends with and
+    ``lab summary`` starts with); every line at most :data:`WIDTH` characters."""
     a = build_answer(comparison, report_path)
-    lines = [_headline(a)]
-    for mode, points in a.rows:
-        lines.append(f"  {mode}:")
-        lines += [f"    {_point_text(*p)}" for p in points]
-        if mode in a.lossless:
-            lines.append(f"    {a.lossless[mode]}")
+    lines = _wrap(_question(a), 0)
+    for _, text in a.headlines:
+        lines += _wrap(text, 2)
+    if a.provenance:
+        lines += _wrap(f"Numbers from: {a.provenance}", 2)
+    if not a.baseline:
+        lines += [f"  {mode}: " + ", ".join(p for p, *_ in points) for mode, points in a.rows]
+    if a.baseline and a.rows:
+        lines += _wrap(DETAIL_HEADING, 0)
+        for mode, points in a.rows:
+            lines.append(f"  {mode}:")
+            for p in points:
+                lines += _wrap(_point_text(*p), 4)
+            if mode in a.break_even:
+                lines += _wrap(f"break-even: {a.break_even[mode]}", 4)
+            if mode in a.lossless:
+                lines += _wrap(a.lossless[mode], 4)
     from lab.report.task_categories import taskmix_lines  # per task category, when the prompts have several
 
     tm = taskmix_lines(comparison)
-    lines += [f"  {tm[0]}"] + [f"    {ln}" for ln in tm[1:]] if tm else []
+    if tm:
+        lines += _wrap(tm[0], 2)
+        for ln in tm[1:]:
+            lines += _wrap(ln, 4)
     if a.load:
-        lines.append(f"  {LOAD_HEADING}")
-        lines += [f"    {t}" for t in a.load]
+        lines += _wrap(LOAD_HEADING, 2)
+        for t in a.load:
+            lines += _wrap(t, 4)
+    if a.crosscheck:
+        lines += _wrap(CROSSCHECK_HEADING, 2)
+        for mode, t in a.crosscheck.items():
+            lines += _wrap(f"{mode}: {t}", 4)
     if a.caption:
-        lines.append(f"  ({a.caption})")
+        lines += _wrap(f"({a.caption})", 2)
     if a.notice:
-        lines.append(f"  Note: {a.notice}")
+        lines += _wrap(f"Note: {a.notice}", 2)
     for modes, w in a.warnings:
-        lines.append(f"  Warning ({', '.join(modes)}): {w}")
+        lines += _wrap(f"Warning ({', '.join(modes)}): {w}", 2)
     if a.report:
-        lines.append(f"  Report: {a.report}")
+        lines += _wrap(f"Report: {a.report}", 2)
     return "\n".join(lines)
 
 
 def answer_markdown(comparison: dict[str, Any], report_path: str | Path | None = None) -> str:
-    """Markdown (the top of ``reports/summary.md``)."""
+    """Markdown (the top of ``reports/summary.md``): the one-line verdicts, then the detail."""
     a = build_answer(comparison, report_path)
-    lines = [f"**{_headline(a)}**", ""]
-    for mode, points in a.rows:
-        lines.append(f"- **{mode}**")
-        lines += [f"  - {_point_text(*p)}" for p in points]
-        if mode in a.lossless:
-            lines.append(f"  - {a.lossless[mode]}")
+    lines = [f"**{_question(a)}**", ""]
+    lines += [f"- **{text}**" for _, text in a.headlines]
+    if a.provenance:
+        lines += ["", f"_Numbers from: {a.provenance}_"]
+    if a.rows:
+        lines += ["", f"**{DETAIL_HEADING}**", ""] if a.baseline else [""]
+        for mode, points in a.rows:
+            lines.append(f"- **{mode}**")
+            lines += [f"  - {_point_text(*p)}" for p in points]
+            if mode in a.break_even:
+                lines.append(f"  - break-even: {a.break_even[mode]}")
+            if mode in a.lossless:
+                lines.append(f"  - {a.lossless[mode]}")
     from lab.report.task_categories import taskmix_markdown
 
     if tm := taskmix_markdown(comparison):
         lines += ["", tm]
     if a.load:
         lines += ["", f"**{LOAD_HEADING}**", ""] + [f"- {t}" for t in a.load]
+    if a.crosscheck:
+        lines += ["", f"**{CROSSCHECK_HEADING}**", ""] + [f"- {m}: {t}" for m, t in a.crosscheck.items()]
     if a.caption:
         lines += ["", f"_{a.caption}_"]
     if a.notice:
@@ -190,22 +346,38 @@ def answer_markdown(comparison: dict[str, Any], report_path: str | Path | None =
 
 
 def answer_html(comparison: dict[str, Any], report_path: str | Path | None = None) -> str:
-    """An HTML fragment (escaped): the top of ``reports/report.html``."""
+    """An HTML fragment (escaped), the top of ``reports/report.html``: the one-line verdicts and
+    where the numbers come from (``<section class="verdict">``); the detail, the load sentences,
+    the cross-checks and the warnings follow in ``<section class="answer">``."""
     a = build_answer(comparison, report_path)
     e = html.escape
-    out = [f'<section class="answer"><p><b>{e(_headline(a))}</b></p><ul>']
-    for mode, points in a.rows:
-        extra = f"<li>{e(a.lossless[mode])}</li>" if mode in a.lossless else ""
-        out.append(f"<li><b>{e(mode)}</b><ul>" + "".join(f"<li>{e(_point_text(*p))}</li>" for p in points)
-                   + extra + "</ul></li>")
-    out.append("</ul>")
+    question = (f"{catalog.headline_metric().header} speedup over {a.baseline} [95 % CI], per mode:" if a.baseline
+                else _question(a))  # the page's title asks the question
+    out = [f'<section class="verdict"><p><b>{e(question)}</b></p><ul>'
+           + "".join(f"<li><b>{e(text)}</b></li>" for _, text in a.headlines) + "</ul>"]
+    if a.provenance:
+        out.append(f'<p class="provenance">Numbers from: {e(a.provenance)}</p>')
+    if a.notice:
+        out.append(f'<p class="notice">{e(a.notice)}</p>')
+    out.append("</section>")
+    out.append('<section class="answer">')
+    if a.rows:
+        out.append(f"<p><b>{e(DETAIL_HEADING)}</b></p><ul>" if a.baseline else "<ul>")
+        for mode, points in a.rows:
+            extra = "".join(f"<li>{e(x)}</li>" for x in (
+                *( [f"break-even: {a.break_even[mode]}"] if mode in a.break_even else []),
+                *([a.lossless[mode]] if mode in a.lossless else [])))
+            out.append(f"<li><b>{e(mode)}</b><ul>" + "".join(f"<li>{e(_point_text(*p))}</li>" for p in points)
+                       + extra + "</ul></li>")
+        out.append("</ul>")
     from lab.report.task_categories import taskmix_html
 
     out.append(taskmix_html(comparison))
     if a.load:
         out.append(f"<p><b>{e(LOAD_HEADING)}</b></p><ul>" + "".join(f"<li>{e(t)}</li>" for t in a.load) + "</ul>")
-    if a.notice:
-        out.append(f'<p class="notice">{e(a.notice)}</p>')
+    if a.crosscheck:
+        out.append(f'<p><b>{e(CROSSCHECK_HEADING)}</b></p><ul class="crosscheck">' + "".join(
+            f"<li><b>{e(m)}</b>: {e(t)}</li>" for m, t in a.crosscheck.items()) + "</ul>")
     if a.warnings:
         out.append("<p><b>Measurement warnings</b></p><ul>" + "".join(
             f"<li><b>{e(', '.join(modes))}</b>: {e(w)}</li>" for modes, w in a.warnings) + "</ul>")

@@ -54,13 +54,20 @@ def _ci_bars(ax, data: pd.DataFrame, y: str, hue: str, summary: dict[str, Any], 
 
 
 def decode_tok_s_figure(runs: pd.DataFrame, summary: dict[str, Any]):
-    """Per-request decode tok/s (median per run) by mode, one bar group per concurrency level."""
+    """Per-request decode tok/s (median per run) by mode, one bar group per concurrency level
+    (closed-loop points: ``runs`` as :func:`lab.report.sweep_figures.primary_runs` gives them)."""
     fig, ax = plt.subplots(figsize=(8.5, 5.2))
     _ci_bars(ax, runs, "decode_tok_s", "concurrency", summary, palette="viridis")
-    ax.set_ylabel("decode tok/s per request (mean, 95 % CI)")
-    ax.set_title("Decode throughput by mode")
+    ax.set_ylabel("decode tok/s per request")
+    ax.set_title("Decode throughput by mode (mean of repeats, 95 % CI)")
+    ax.legend(title="concurrency", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     caption(fig, summary)
     return fig
+
+
+#: Legend words of the latency figure's bars.
+LATENCY_LABELS = {"verify_ms": "verify (server, GPU)", "draft_ms": "draft (server, GPU)",
+                  "decode_ms": "decode step (server, GPU)", "cycle_ms": "cycle (client)"}
 
 
 def latency_figure(runs: pd.DataFrame, summary: dict[str, Any]):
@@ -69,10 +76,12 @@ def latency_figure(runs: pd.DataFrame, summary: dict[str, Any]):
     cols = [c for c in ("verify_ms", "draft_ms", "decode_ms", "cycle_ms") if c in runs]
     long = runs[runs["concurrency"] == lowest].melt(id_vars=["mode", "repeat"], value_vars=cols,
                                                     var_name="metric", value_name="ms").dropna()
+    long["metric"] = long["metric"].map(LATENCY_LABELS)
     fig, ax = plt.subplots(figsize=(8.5, 5.2))
     _ci_bars(ax, long, "ms", "metric", summary)
-    ax.set_ylabel(f"ms per decode iteration at concurrency {lowest} (95 % CI)")
-    ax.set_title("Where a decode iteration's time goes (verify + draft = speculative cycle)")
+    ax.set_ylabel(f"ms per decode iteration, concurrency {lowest}")
+    ax.set_title("Where a decode iteration's time goes (verify + draft = speculative cycle; 95 % CI)", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     caption(fig, summary)
     return fig
 
@@ -122,8 +131,13 @@ def speedup_figure(summary: dict[str, Any]):
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no baseline mode to compare against", ha="center", transform=ax.transAxes)
-    ax.set_ylabel(f"decode tok/s speedup over {summary.get('baseline')} (95 % CI)")
-    ax.set_title("Speedup over plain decoding (1.0 = break-even)")
+    from lab.analysis.provenance import scope_of
+
+    scopes = {scope_of(e.get("speedup_decode_tok_s"), summary, m) for m, lv in summary["modes"].items()
+              for e in lv.values() if e.get("speedup_decode_tok_s")}
+    ax.set_ylabel(f"decode tok/s speedup over {summary.get('baseline')}")
+    ax.set_title("Speedup over plain decoding (1.0 = break-even; 95 % CI"
+                 + (f", {scopes.pop()})" if len(scopes) == 1 else ")"), fontsize=10)
     caption(fig, summary)
     return fig
 

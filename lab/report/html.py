@@ -24,7 +24,8 @@ from lab.analysis import theory
 from lab.analysis.estimates import Estimate, Ratio
 from lab.report.tables import speedup_cell, table_columns
 
-__all__ = ["explain_figures", "break_even_costs", "summary_html", "write_report"]
+__all__ = ["explain_figures", "break_even_costs", "summary_html", "speedup_html", "write_report", "FIGURE_CAPTIONS",
+           "figure_caption", "load_label"]
 
 
 def break_even_costs(modes: Mapping[str, ModeParams], summary: dict[str, Any]) -> list[theory.ModeCosts]:
@@ -39,9 +40,10 @@ def break_even_costs(modes: Mapping[str, ModeParams], summary: dict[str, Any]) -
 
 def explain_figures(modes: Mapping[str, ModeParams], runs: pd.DataFrame, summary: dict[str, Any],
                     out_dir: Path) -> dict[str, str]:
-    """Draw ``break_even``, ``throughput_vs_concurrency``, ``verify_vs_context`` and
-    ``speedup_heatmap`` PNGs into ``out_dir``; returns ``name -> path``. Also stores the
-    break-even sentences in ``summary["break_even"]``."""
+    """Draw ``break_even``, ``throughput_vs_concurrency``, ``verify_vs_context`` (only when more
+    than one context length was measured: otherwise it would be an empty placeholder, and a stale
+    one from an earlier run is removed) and ``speedup_heatmap`` PNGs into ``out_dir``; returns
+    ``name -> path``. Also stores the break-even sentences in ``summary["break_even"]``."""
     import matplotlib.pyplot as plt
 
     from lab.report import sweep_figures as sf
@@ -58,6 +60,9 @@ def explain_figures(modes: Mapping[str, ModeParams], runs: pd.DataFrame, summary
     paths = {}
     for name, fig in figs.items():
         path = out_dir / f"{name}.png"
+        if fig is None:  # nothing to draw: no placeholder figure
+            path.unlink(missing_ok=True)
+            continue
         savefig_atomic(fig, path, dpi=100)  # lab/atomic.py: never a half-written figure
         plt.close(fig)
         paths[name] = str(path)
@@ -68,18 +73,31 @@ _TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>eagle-verify-lab report ({{ engine }})</title>
 <style>
-body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 1em auto; padding: 0 1em; color: #222; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1.5em; }
-th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
+body { font-family: system-ui, sans-serif; max-width: 1240px; margin: 1em auto; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; font-size: 0.82em; margin: 0.5em 0 1.5em; max-width: 100%; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: right; vertical-align: top; }
+th { white-space: normal; background: #f4f4f4; }
+th:first-child, td:first-child, td.text { text-align: left; }
+td.key { white-space: nowrap; text-align: left; }
+td .ci { display: block; color: #666; font-size: 0.85em; white-space: nowrap; }
+.v-faster { color: #17652a; font-weight: bold; } .v-slower { color: #a1260d; font-weight: bold; }
 .caption { color: #555; font-size: 0.9em; border-left: 4px solid #c60; padding-left: 0.6em; }
+.verdict { font-size: 1.05em; border-left: 4px solid #26a; padding-left: 0.8em; }
 .notice { font-weight: bold; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #444; font-size: 0.9em; }
 li { margin-bottom: 0.4em; }
 </style></head><body>
 <h1>Does EAGLE-3 beat plain decoding here?</h1>
-{{ answer | safe }}
+{{ verdict | safe }}
+<h2>Summary: mean [95 % CI] over repeats</h2>
+<p>{{ table_note }}</p>
+{{ table | safe }}
+<h2>Speedup over {{ baseline }}: the verdict is the per-repeat (Welch log-ratio) interval; the paired per-prompt estimate is shown beside it</h2>
+{{ speedup_table | safe }}
 <p class="caption">{{ caption }}</p>
+<h2>Detail</h2>
+{{ answer | safe }}
 <h2>Break-even explanation</h2>
 <p>A chain draft emits <i>accept length</i> tokens per cycle of <i>draft_ms + verify_ms</i>; plain decoding
 emits one token per <i>decode_ms</i>. Speedup = accept_length &times; decode_ms / (draft_ms + verify_ms);
@@ -87,48 +105,156 @@ break-even accept length = (draft_ms + verify_ms) / decode_ms (Leviathan et al. 
 Transformers via Speculative Decoding"; EAGLE-3, Li et al. 2025).</p>
 <p>Per mode, at its lowest concurrency (comparison.json has every level):</p>
 <ul>{% for b in break_even %}<li>{{ b.explanation }}</li>{% else %}<li>No speculative mode with verify timings and a baseline.</li>{% endfor %}</ul>
+<h2>Figures</h2>
+{% for f in figures %}<figure><img alt="{{ f.name }}" src="data:image/png;base64,{{ f.b64 }}"><figcaption>{{ f.caption }}</figcaption></figure>
+{% endfor %}
 {% if trace %}<h2>Where the verify time goes (torch-profiler trace{% if trace.modelled %}, MODELLED by the emulator{% endif %})</h2>
 <p>GPU busy = union of kernel intervals; a host launch gap = GPU idle before a kernel the host had not yet launched
 (lab/profiling/trace.py). Traces: the <code>trace/</code> artifacts of each mode's MLflow run (open in ui.perfetto.dev).</p>
 <ul>{% for m, s in trace.sentences.items() %}<li>{{ s }}</li>{% endfor %}{% for m, st in trace.failed.items() %}<li>{{ m }}: profiling {{ st }}</li>{% endfor %}</ul>
 {{ trace_table | safe }}{% endif %}
-{% if lossless_table %}<h2>Lossless check: output token ids against the baseline's, per prompt</h2>
+{% if lossless_table %}<h2>Per-prompt detail: output token ids against the baseline's (lossless check)</h2>
 <p>Each request matched with the baseline's at the same point, repeat, slot and prompt (lab/analysis/lossless.py);
 first divergence: the first differing token position (0-based), the earliest over that prompt's requests.</p>
 {{ lossless_table | safe }}{% endif %}
-<h2>Summary (mean [95 % CI]; speedup: Welch log-ratio 95 % CI; paired: per prompt, repeat or launch; "intervals": over launch means, or within one launch)</h2>
-{{ table | safe }}
-<h2>Figures</h2>
-{% for f in figures %}<figure><img alt="{{ f.name }}" src="data:image/png;base64,{{ f.b64 }}"><figcaption>{{ f.name }}</figcaption></figure>
-{% endfor %}
 <h2>Effective configuration of each mode</h2>
 <p>As requested in params.yaml and as the engine resolved it (read back from /server_info).</p>
 {{ config_table | safe }}
 </body></html>
 """
 
+#: What each figure shows, in words (the report's figure captions); a figure not listed here is
+#: captioned by :func:`figure_caption` from its name.
+FIGURE_CAPTIONS = {
+    "decode_tok_s": "Decode tok/s per request by mode, one bar per concurrency (95 % interval over repeats).",
+    "latency_ms": "Where a decode iteration's time goes at the lowest concurrency: verify, draft, decode and the "
+                  "client's cycle (95 % interval over repeats).",
+    "accept_length": "Accept length per request (tokens per verify, bonus token included) of each speculative mode.",
+    "speedup": "Decode tok/s speedup over the baseline per mode and concurrency, with the per-repeat 95 % interval "
+               "and its verdict (1.0 = break-even).",
+    "break_even": "Modelled speedup against accept length for each mode's measured costs; the dot is the measured "
+                  "accept length, the dotted line the break-even.",
+    "throughput_vs_concurrency": "Output tok/s of all requests together against concurrency, per mode "
+                                 "(95 % interval bands).",
+    "verify_vs_context": "Target-verify ms per cycle against the prompt's length, at the lowest concurrency.",
+    "speedup_heatmap": "Decode tok/s speedup over the baseline, modes by concurrency (+ faster, - slower, "
+                       "~ not distinguishable).",
+    "taskmix": "Accept length and paired decode tok/s speedup per prompt category (95 % interval across prompts).",
+    "verify_time_breakdown": "Where the verify step's time goes on the GPU, from the profiler trace.",
+}
+
+
+def figure_caption(name: str) -> str:
+    """The words under a figure: :data:`FIGURE_CAPTIONS`, ``pareto_<mode>`` as its mode's
+    throughput-interactivity trade-off, else the name with spaces."""
+    if name in FIGURE_CAPTIONS:
+        return FIGURE_CAPTIONS[name]
+    if name.startswith("pareto_"):
+        return (f"{name[len('pareto_'):]}: total output tok/s against tokens/s per user at every measured point "
+                "(concurrency levels and request rates), with its Pareto frontier and the baseline's.")
+    return name.replace("_", " ").capitalize() + "."
+
+
+def load_label(entry: Mapping[str, Any]) -> str:
+    """How a point was loaded, in words: ``"1 in flight"`` at a closed-loop point, ``"4 req/s"``
+    (``", at most 8 in flight"`` with a cap) at an open-loop rate point, never "concurrency 0"."""
+    rate = entry.get("request_rate")
+    if rate is not None:
+        cap = entry.get("concurrency") or 0
+        return f"{rate:g} req/s" + (f", at most {cap} in flight" if cap else "")
+    return f"{entry.get('concurrency')} in flight"
+
+
+def _axes_columns(summary: dict[str, Any]) -> tuple[list[str], str]:
+    """The context/output-length columns worth a column (they vary across points), and a note
+    naming the constant ones."""
+    entries = [e for levels in summary["modes"].values() for e in levels.values()]
+    show, same = [], []
+    for key, label in (("context_tokens", "context tokens"), ("max_new_tokens", "output tokens")):
+        values = {e.get(key) for e in entries}
+        if len(values) > 1:
+            show.append(key)
+        elif values != {None}:
+            same.append(f"{label} {next(iter(values))}")
+    return show, ("At every point: " + ", ".join(same) + ". " if same else "")
+
+
+def _cell(text: str) -> str:
+    """A table cell's HTML: ``"82.2 [82.1, 82.3]"`` as the mean over its interval (a second, smaller
+    line), so a wide table wraps between the two instead of inside the numbers; a speedup's verdict
+    (``"0.75x [0.67, 0.84] slower, within one launch"``) stays on the first line with the ratio, in
+    its colour, the interval and its scope under it; other text escaped."""
+    text = str(text)
+    if " [" not in text or "]" not in text:
+        return html.escape(text)
+    head, rest = text.split(" [", 1)
+    ci, tail = rest.split("]", 1)
+    verdict, _, scope = tail.strip().partition(", ")
+    main = html.escape(head) + (f' <span class="v-{verdict.split()[0]}">{html.escape(verdict)}</span>' if verdict else "")
+    return f'{main}<span class="ci">[{html.escape(ci)}]{html.escape(", " + scope if scope else "")}</span>'
+
+
+def _table(rows: list[dict[str, Any]], keys: int = 3) -> str:
+    """An HTML table of ``rows`` (one dict per row, the first row's keys as the header); the first
+    ``keys`` columns (mode, point, load) never wrap; cells through :func:`_cell`."""
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(
+        f'<td class="key">{html.escape(str(r.get(c, "-")))}</td>' if i < keys else f"<td>{_cell(r.get(c, '-'))}</td>"
+        for i, c in enumerate(cols)) + "</tr>" for r in rows)
+    return f'<table class="dataframe"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
 
 def summary_html(summary: dict[str, Any]) -> str:
-    """The report's summary table: one row per mode x point with its axes, the mean [95 % CI] of
-    each metric :mod:`lab.catalog` shows in ``report``, then each of their speedups over the
-    baseline (:func:`lab.report.tables.table_columns`), then "intervals": what the row's
-    intervals span (a speedup spanning something else says so in its cell)."""
-    metrics, speedups = table_columns(catalog.REPORT)
-    baseline = summary.get("baseline")
+    """The report's summary table: one row per mode x point with how it was loaded, the
+    context/output length where they vary, and the mean [95 % CI] of each metric
+    :mod:`lab.catalog` shows in ``report`` (the speedups are :func:`speedup_html`'s), then
+    "intervals": what the row's intervals span ("within one launch", "across 3 launches")."""
+    metrics, _ = table_columns(catalog.REPORT)
+    axes, _ = _axes_columns(summary)
     rows = []
     for mode, levels in summary["modes"].items():
         for key, e in levels.items():
-            row = {"mode": mode, "point": key, "concurrency": e["concurrency"],
-                   "context tokens": e.get("context_tokens", "-"), "output tokens": e.get("max_new_tokens", "-")}
+            row = {"mode": mode, "point": key, "load": load_label(e)}
+            for axis in axes:
+                row[axis.replace("_", " ").replace("max new", "output")] = e.get(axis, "-")
             for m in metrics:
                 est = Estimate.from_dict(e.get(m.name))
                 row[m.header] = "-" if est is None else est.text(m.digits)
-            for m, kind in speedups:
-                row[catalog.speedup_label(m, kind)] = speedup_cell(
-                    Ratio.from_dict(e.get(catalog.speedup_key(m.name, kind))), mode, baseline, e.get("interval_scope"))
             row["intervals"] = e.get("interval_scope") or "-"
             rows.append(row)
-    return pd.DataFrame(rows).to_html(index=False, escape=True, border=0)
+    return _table(rows)
+
+
+def speedup_html(summary: dict[str, Any]) -> str:
+    """The speedups over the baseline, one row per mode x point: the verdict speedup of the
+    catalog's headline metric (:data:`lab.catalog.VERDICT_SPEEDUP`) with its verdict and the
+    interval's scope, the other speedups beside it without a verdict."""
+    from lab.analysis.provenance import scope_of
+
+    _, speedups = table_columns(catalog.REPORT)
+    head = catalog.headline_metric()
+    baseline = summary.get("baseline")
+    rows = []
+    for mode, levels in summary["modes"].items():
+        if mode == baseline:
+            continue
+        for key, e in levels.items():
+            row = {"mode": mode, "point": key, "load": load_label(e)}
+            for m, kind in speedups:
+                k = catalog.speedup_key(m.name, kind)
+                r = Ratio.from_dict(e.get(k))
+                label = catalog.speedup_label(m, kind)
+                if m.name == head.name and kind == catalog.VERDICT_SPEEDUP:
+                    cell = speedup_cell(r, mode, baseline, r.scope if r is not None else None)
+                    row[f"{label} (verdict)"] = cell if r is None else f"{cell}, {scope_of(e.get(k), summary, mode)}"
+                else:
+                    row[label] = speedup_cell(None if r is None else Ratio(r.ratio, r.ci95_lo, r.ci95_hi, None),
+                                              mode, baseline)
+            rows.append(row)
+    return _table(rows) if rows else "<p>No baseline mode: no speedups.</p>"
 
 
 def _config_html(modes: Mapping[str, ModeParams], summary: dict[str, Any]) -> str:
@@ -191,12 +317,18 @@ def write_report(summary: dict[str, Any], path: Path, *, engine: str, modes: Map
     from lab.report.answer import answer_html
 
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    figures = [{"name": name, "b64": base64.b64encode(Path(p).read_bytes()).decode("ascii")}
+    figures = [{"name": name, "caption": figure_caption(name),
+                "b64": base64.b64encode(Path(p).read_bytes()).decode("ascii")}
                for name, p in summary.get("figures", {}).items()]
+    page = answer_html(summary)  # the verdict first, then the detail; each warning once, naming its modes
+    cut = page.index('<section class="answer">')
+    _, note = _axes_columns(summary)
     text = env.from_string(_TEMPLATE).render(
-        engine=html.escape(engine), caption=summary.get("caption", ""),
-        answer=answer_html(summary),  # the answer first; each warning once, naming its modes
-        break_even=_lowest_level(summary.get("break_even", [])), table=summary_html(summary), figures=figures,
+        engine=html.escape(engine), caption=summary.get("caption", ""), baseline=summary.get("baseline") or "-",
+        verdict=page[:cut], answer=page[cut:], table_note=note + "Rate points (r<R>) send requests at R req/s on a "
+        "seeded schedule; closed-loop points (c<N>) keep N requests in flight.",
+        break_even=_lowest_level(summary.get("break_even", [])), table=summary_html(summary),
+        speedup_table=speedup_html(summary), figures=figures,
         config_table=_config_html(modes, summary), trace=summary.get("trace"),
         trace_table=_trace_html(summary.get("trace")), lossless_table=_lossless_html(summary.get("lossless")))
     write_text_atomic(path, text)

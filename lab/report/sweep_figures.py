@@ -45,31 +45,30 @@ def throughput_vs_concurrency(runs: pd.DataFrame, summary: dict[str, Any]):
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels, [str(c) for c in levels])
     ax.set_xlabel("concurrency (requests in flight)")
-    ax.set_ylabel("output tok/s, all requests (mean of repeats, 95 % CI)")
-    ax.set_title("Throughput vs concurrency per mode")
+    ax.set_ylabel("output tok/s, all requests")
+    ax.set_title("Throughput vs concurrency per mode (mean of repeats, 95 % CI)")
     ax.legend(fontsize=7, ncol=2)
     caption(fig, summary)
     return fig
 
 
 def verify_vs_context(runs: pd.DataFrame, summary: dict[str, Any]):
-    """Server-side verify ms per cycle vs prompt (context) length at the lowest concurrency."""
-    fig, ax = plt.subplots(figsize=(9, 5.4))
+    """Server-side verify ms per cycle vs prompt (context) length at the lowest concurrency; None
+    when the runs have one context length only (set ``bench.context_tokens``, e.g. ``[0, 8192]``):
+    the report then shows no figure rather than an empty placeholder."""
     data = runs.dropna(subset=["verify_ms"]) if "verify_ms" in runs else runs.iloc[0:0]
     if "request_rate" in data:  # closed-loop points only (an open-loop rate point's concurrency is its cap, 0)
         data = data[data["request_rate"].isna()]
-    if len(data) and "context_tokens" in data and data["context_tokens"].nunique() > 1:
-        low = data["concurrency"].min()
-        out0 = data["max_new_tokens"].iloc[0] if "max_new_tokens" in data else None
-        data = data[(data["concurrency"] == low) & ((data["max_new_tokens"] == out0) if out0 is not None else True)]
-        sns.lineplot(data=data, x="context_tokens", y="verify_ms", hue="mode", style="mode", markers=True,
-                     dashes=False, errorbar=t_interval, ax=ax)
-        ax.set_xlabel(f"prompt length, tokens (approx.; 0 = the chat prompt as is), concurrency {low}")
-        ax.legend(fontsize=7, ncol=2)
-    else:
-        ax.text(0.5, 0.5, "one context length only: set bench.context_tokens (e.g. [0, 8192])\n"
-                "in params.yaml to measure verify cost against context", ha="center", transform=ax.transAxes)
-        ax.set_xticks([])
+    if not (len(data) and "context_tokens" in data and data["context_tokens"].nunique() > 1):
+        return None
+    fig, ax = plt.subplots(figsize=(9, 5.4))
+    low = data["concurrency"].min()
+    out0 = data["max_new_tokens"].iloc[0] if "max_new_tokens" in data else None
+    data = data[(data["concurrency"] == low) & ((data["max_new_tokens"] == out0) if out0 is not None else True)]
+    sns.lineplot(data=data, x="context_tokens", y="verify_ms", hue="mode", style="mode", markers=True,
+                 dashes=False, errorbar=t_interval, ax=ax)
+    ax.set_xlabel(f"prompt length, tokens (approx.; 0 = the chat prompt as is), concurrency {low}")
+    ax.legend(fontsize=7, ncol=2)
     ax.set_ylabel("target-verify ms per cycle (95 % CI)")
     ax.set_title("Verify cost vs context length (prefill- vs decode-mode attention)")
     caption(fig, summary)
@@ -93,7 +92,7 @@ def speedup_heatmap(summary: dict[str, Any]):
             .pivot(index="mode", columns="concurrency", values="txt").reindex(grid.index)
         span = max(abs(grid.max().max() - 1), abs(1 - grid.min().min()), 0.05)
         sns.heatmap(grid, annot=annot, fmt="", cmap="RdBu", center=1.0, vmin=1 - span, vmax=1 + span,
-                    cbar_kws={"label": "speedup (1.0 = break-even)"}, ax=ax, linewidths=0.5)
+                    cbar_kws={"label": "speedup"}, ax=ax, linewidths=0.5)
         ax.set_xlabel("concurrency")
         ax.set_ylabel("")
         ax.tick_params(axis="y", labelrotation=0)

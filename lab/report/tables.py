@@ -1,5 +1,6 @@
 """The comparison's tables and summary files: ``reports/summary.csv``, ``summary.md``,
-``comparison.json`` and ``summary.json``, and the Markdown / pandas tables built from its rows.
+``comparison.json``, ``summary.json`` and the headline metrics ``headline/<mode>.json`` (what DVC
+shows: ``dvc metrics show``, ``dvc exp show``), and the Markdown / pandas tables built from its rows.
 
 Formats only what :mod:`lab.analysis.comparison` computed (rows of
 :func:`lab.analysis.comparison.summarize`, flat numbers of :func:`lab.analysis.comparison.lean_numbers`);
@@ -9,6 +10,7 @@ every file goes through :mod:`lab.atomic`.
 from __future__ import annotations
 
 import csv
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +22,8 @@ if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fas
     import pandas as pd
 
 __all__ = ["write_csv", "concurrency_rows", "lossless_rows", "LOSSLESS_COLUMNS", "write_summary_markdown", "write_comparison_json", "summary_markdown",
-           "read_summary_rows", "summary_table", "table_columns", "speedup_cell"]
+           "read_summary_rows", "summary_table", "table_columns", "speedup_cell", "HEADLINE_DIR", "headline_record",
+           "write_headlines"]
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path, columns: tuple[str, ...] = ()) -> None:
@@ -44,14 +47,16 @@ def concurrency_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("point") == f"c{r.get('concurrency')}"]
 
 
-#: Columns of ``reports/lossless.csv``.
-LOSSLESS_COLUMNS = ("mode", "point", "mode_point", "pairs", "identical", "identical_share")
+#: Columns of ``reports/lossless.csv`` (the provenance columns, :data:`lab.analysis.provenance.COLUMNS`,
+#: follow ``mode``).
+LOSSLESS_COLUMNS = ("mode", "engine", "timing", "weights", "acceptance", "point", "mode_point", "pairs",
+                    "total_pairs", "identical", "identical_share")
 
 
 def lossless_rows(lossless: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Rows of ``reports/lossless.csv`` (``dvc plots``): one per checked mode x point with
-    ``mode``, ``point``, ``mode_point`` (the bar label), ``pairs``, ``identical`` and
-    ``identical_share`` (0-1: outputs equal to the baseline's token for token), read from
+    ``mode``, ``point``, ``mode_point`` (the bar label), ``pairs`` (compared), ``total_pairs`` (request
+    slots at that point, failed and unmatched ones included), ``identical`` and ``identical_share`` (0-1: outputs equal to the baseline's token for token), read from
     :func:`lab.analysis.lossless.check_lossless`'s ``modes[mode]["points"]``. Modes not
     checked (no ids, sampling, simulated acceptance) have no row; no check: no rows.
     """
@@ -61,7 +66,8 @@ def lossless_rows(lossless: dict[str, Any] | None) -> list[dict[str, Any]]:
             continue
         for point, p in (res.get("points") or {}).items():
             rows.append({"mode": mode, "point": point, "mode_point": f"{mode} {point}", "pairs": p["pairs"],
-                         "identical": p["identical"], "identical_share": p["identical_share"]})
+                         "total_pairs": p.get("total_pairs", p["pairs"]), "identical": p["identical"],
+                         "identical_share": p["identical_share"]})
     return rows
 
 
@@ -72,13 +78,77 @@ def write_summary_markdown(path: Path, answer: str, rows: list[dict[str, Any]], 
 
 
 def write_comparison_json(rep_dir: Path, summary: dict[str, Any], lean: dict[str, float]) -> None:
-    """``comparison.json`` (the summary without its flat ``rows``) and ``summary.json`` (the
-    flat numbers ``lean``, the DVC metrics file, with what each interval spans beside them:
-    :func:`lab.analysis.comparison.scope_labels`) under ``rep_dir``, atomically."""
+    """``comparison.json`` (the summary without its flat ``rows``), ``summary.json`` (each mode's
+    provenance, ``<mode>.engine`` / ``.timing`` / ``.weights`` / ``.acceptance``, then the flat
+    numbers ``lean`` with what each interval spans beside them:
+    :func:`lab.analysis.comparison.scope_labels`) and the headline metrics
+    (:func:`write_headlines`) under ``rep_dir``, atomically."""
     from lab.analysis.comparison import scope_labels
 
     write_json_atomic(rep_dir / "comparison.json", {k: v for k, v in summary.items() if k != "rows"})
-    write_json_atomic(rep_dir / "summary.json", {**lean, **scope_labels(summary)})
+    prov = {f"{mode}.{k}": v for mode, p in (summary.get("provenance") or {}).items() for k, v in p.items()}
+    write_json_atomic(rep_dir / "summary.json", {**prov, **lean, **scope_labels(summary)})
+    write_headlines(rep_dir / HEADLINE_DIR, summary)
+
+
+#: Where the compare stage's DVC metrics live: one small file per mode (``dvc metrics show``: one row each).
+HEADLINE_DIR = "headline"
+
+
+def headline_record(summary: dict[str, Any], mode: str) -> dict[str, Any]:
+    """One mode's DVC headline (``reports/headline/<mode>.json``): the same keys in every file, so
+    ``dvc metrics show`` prints one short row per mode and README's ``dvc exp show`` command one
+    column per speculative mode, each within 120 columns:
+
+    - ``headline``: the verdict of the catalog's headline metric at the mode's lowest closed-loop
+      point (:func:`lab.report.answer.mode_headline`) with its interval and its scope, the scope
+      in two words: ``"1.15x [1.07, 1.24] faster, 1 launch"`` (``1 launch``: the interval is
+      within one engine launch per mode; ``3 launches``: across three); for the baseline the
+      metric's mean (``"82.1 decode tok/s (reference)"``);
+    - ``point``: that point (``"c1"``);
+    - ``source``: what the numbers stand on (:func:`lab.analysis.provenance.short_label`:
+      ``"emulator"``, ``"sglang: random weights, simulated acceptance"``);
+    - ``speedup``: the ratio alone (3 decimals), for ``dvc metrics diff`` and ``--sort-by``.
+    """
+    import re
+
+    from lab.analysis.provenance import short_label
+    from lab.analysis.provenance import ONE_LAUNCH
+    from lab.report.answer import mode_headline
+
+    out: dict[str, Any] = {}
+    h = mode_headline(summary, mode)
+    if h is not None:
+        scope = h["scope"]
+        n = re.fullmatch(r"across (\d+) launches", scope)
+        scope = "1 launch" if scope == ONE_LAUNCH else (f"{n[1]} launches" if n else scope)
+        ci = f" [{h['ci95_lo']:.2f}, {h['ci95_hi']:.2f}]" if h["ci95_lo"] is not None and h["ci95_hi"] is not None else ""
+        out.update(headline=f"{h['ratio']:.2f}x{ci} {h['verdict'] or 'not judged'}, {scope}", point=h["point"],
+                   speedup=round(float(h["ratio"]), 3))
+    else:
+        m = catalog.headline_metric()
+        points = sorted(((k, e) for k, e in (summary["modes"].get(mode) or {}).items()
+                         if k == f"c{e.get('concurrency')}"), key=lambda kv: kv[1].get("concurrency") or 0)
+        est = next((Estimate.from_dict(e.get(m.name)) for _, e in points if e.get(m.name)), None)
+        role = "reference" if mode == summary.get("baseline") else "no baseline to compare with"
+        out["headline"] = f"{est.mean:.{m.digits}f} {m.header} ({role})" if est is not None else f"no {m.header} ({role})"
+        if points:
+            out["point"] = points[0][0]
+    out["source"] = short_label((summary.get("provenance") or {}).get(mode) or {"engine": "?"})
+    return out
+
+
+def write_headlines(out_dir: Path, summary: dict[str, Any]) -> list[Path]:
+    """``<out_dir>/<mode>.json`` = :func:`headline_record` for every mode of the comparison,
+    atomically; files of modes no longer compared are removed. Returns the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for mode in summary["modes"]:
+        write_json_atomic(out_dir / f"{mode}.json", headline_record(summary, mode))
+        paths.append(out_dir / f"{mode}.json")
+    for stale in set(out_dir.glob("*.json")) - set(paths):
+        stale.unlink()
+    return paths
 
 
 def table_columns(place: str) -> tuple[list[catalog.Metric], list[tuple[catalog.Metric, str]]]:
@@ -100,8 +170,9 @@ def summary_markdown(rows: list[dict[str, Any]], baseline: str | None = None) ->
     """The comparison as a Markdown table, one line per mode x measured point (README's table;
     ``lab summary`` prints it): the metrics :mod:`lab.catalog` shows in ``table`` (mean [95 %
     CI] for those compared with the baseline, the mean for the rest), then their speedups over
-    the baseline with intervals and verdicts (decode tok/s also paired prompt by prompt,
-    :mod:`lab.analysis.paired`).
+    the baseline with intervals. One verdict per point: the headline metric's per-repeat speedup
+    (:data:`lab.catalog.VERDICT_SPEEDUP`) carries it; the others (decode tok/s paired prompt by
+    prompt, :mod:`lab.analysis.paired`; output tok/s) are shown beside it as ratio and interval.
 
     The last column, "intervals", says what the row's intervals span (``interval_scope``: "within
     one launch", "across 3 launches"); a speedup whose interval spans something else (a launch
@@ -112,8 +183,11 @@ def summary_markdown(rows: list[dict[str, Any]], baseline: str | None = None) ->
     :param baseline: the baseline mode's name (its rows say "reference").
     """
     metrics, speedups = table_columns(catalog.TABLE)
+    head_metric = catalog.headline_metric()
+    is_verdict = [m.name == head_metric.name and kind == catalog.VERDICT_SPEEDUP for m, kind in speedups]
     head = ["mode", "point", *(m.header + (" [95 % CI]" if m.speedups else "") for m in metrics),
-            *(catalog.speedup_label(m, kind) + " [95 % CI]" for m, kind in speedups), "intervals"]
+            *(catalog.speedup_label(m, kind) + (" [95 % CI], verdict" if v else " [95 % CI]")
+              for (m, kind), v in zip(speedups, is_verdict)), "intervals"]
     lines = ["| " + " | ".join(head) + " |",
              "| --- | --- | " + " | ".join(["---:"] * len(metrics) + ["---"] * len(speedups) + ["---"]) + " |"]
     for r in rows:
@@ -122,8 +196,11 @@ def summary_markdown(rows: list[dict[str, Any]], baseline: str | None = None) ->
         for m in metrics:
             est = Estimate.from_columns(r, m.name)
             cells.append("-" if est is None else est.text(m.digits, interval=bool(m.speedups)))
-        cells += [speedup_cell(Ratio.from_columns(r, catalog.speedup_key(m.name, kind)), r.get("mode"), baseline,
-                               scope) for m, kind in speedups]
+        for (m, kind), v in zip(speedups, is_verdict):
+            ratio = Ratio.from_columns(r, catalog.speedup_key(m.name, kind))
+            if ratio is not None and not v:
+                ratio = dataclasses.replace(ratio, verdict=None)  # beside the verdict, not one
+            cells.append(speedup_cell(ratio, r.get("mode"), baseline, scope))
         cells.append(scope or "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -149,19 +149,23 @@ def draw_taskmix(summary: dict[str, Any], out_dir: str | Path) -> dict[str, str]
     return {"taskmix": str(path)}
 
 
-def write_categories_csv(taskmix: dict[str, Any] | None, path: str | Path) -> Path:
-    """Write ``reports/categories.csv``: the columns
-    :data:`lab.analysis.taskmix.CSV_COLUMNS`, one row per per-category row (empty cells where a
+def write_categories_csv(taskmix: dict[str, Any] | None, path: str | Path,
+                         provenance: dict[str, dict[str, str]] | None = None) -> Path:
+    """Write ``reports/categories.csv``: ``mode``, the provenance columns
+    (:data:`lab.analysis.provenance.COLUMNS` of each row's mode, from ``provenance``), then the rest
+    of :data:`lab.analysis.taskmix.CSV_COLUMNS`, one row per per-category row (empty cells where a
     value or an interval does not exist). Written, header only, also without a task mix,
     because dvc.yaml declares it as an output of the compare stage. Returns the path."""
     import csv
 
+    from lab.analysis import provenance as prov
     from lab.analysis.taskmix import CSV_COLUMNS
     from lab.atomic import atomic_path
 
     path = Path(path)
+    cols = [CSV_COLUMNS[0], *prov.COLUMNS, *(c for c in CSV_COLUMNS[1:] if c not in prov.COLUMNS)]
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(CSV_COLUMNS), extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
-        w.writerows((taskmix or {}).get("rows", []))
+        w.writerows(prov.tag_rows((taskmix or {}).get("rows", []), provenance or {}))
     return path

@@ -15,6 +15,7 @@ and the URL that opens an experiment on its runs table.
   ``workflowType=machine_learning`` opens the runs table (checked in the bundled UI of
   mlflow 3.17.2: ``server/js/build/static/js/main.*.js`` reads ``workflowType`` from the
   query string before local storage).
+- the columns the runs table opens with (``lab ui``): :mod:`lab.tracking.runs_view`.
 """
 
 from __future__ import annotations
@@ -64,6 +65,13 @@ def warning_tags(result: dict[str, Any]) -> dict[str, str]:
     return tags
 
 
-def runs_table_url(base_url: str, experiment_id: str) -> str:
-    """``<base>/#/experiments/<id>?workflowType=machine_learning``: the experiment's runs table."""
+def runs_table_url(base_url: str, experiment_id: str, view_key: str | None = None) -> str:
+    """``<base>/#/experiments/<id>?workflowType=machine_learning``: the experiment's runs table;
+    with ``view_key`` (:func:`lab.tracking.runs_view.install_runs_view`) ``<base>/#/experiments/<id>/runs?workflowType=
+    machine_learning&viewStateShareKey=<key>``, which opens it with the lab's columns shown (the
+    shared view is read on the ``/runs`` route only: without it the UI redirects and drops the key,
+    seen in headless Chromium against mlflow 3.17.2)."""
+    if view_key:
+        return (f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+                f"&viewStateShareKey={view_key}")
     return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}?workflowType=machine_learning"

@@ -98,7 +98,7 @@ def test_emulator_modes_agree_and_the_check_catches_the_diverge_fault(tmp_path):
     assert rows[("eagle3_decode", "c1")]["lossless_identical_share"] == 1.0
     assert "lossless_identical_share" not in rows[("baseline", "c1")]
     md = (tmp_path / "reports" / "summary.md").read_text()
-    assert "  - lossless: 16/16 outputs identical to baseline's token for token (100.0 %)" in md
+    assert "  - lossless: 16/16 identical to baseline's token for token (100.0 %) of 16 request pairs" in md
     assert f"- (eagle3_prefill) {w}" in md
     html = (tmp_path / "reports" / "report.html").read_text()
     assert "Lossless check: output token ids" in html and "lossless check: " in html

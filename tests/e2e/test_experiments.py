@@ -4,13 +4,15 @@ refusal of untracked stage dependencies (which would never reach a queued run's 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from scratch import run_dvc as _dvc, scratch_repo
+from scratch import dvc_env, run_dvc as _dvc, scratch_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -30,6 +32,14 @@ def repo(tmp_path_factory) -> Path:
     return repo
 
 
+def _dvc_at_120_columns(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    """`dvc` as a terminal of 120 columns runs it (rich, which DVC draws its tables with, reads
+    COLUMNS; without a terminal it assumes 80)."""
+    dvc = Path(sys.executable).with_name("dvc")
+    return subprocess.run([str(dvc), *args], cwd=repo, capture_output=True, text=True, timeout=300,
+                          env={**dvc_env(), "COLUMNS": "120"})
+
+
 def test_exp_run_set_param_and_exp_show(repo):
     proc = _dvc(repo, "exp", "run", "-n", "short", "-S", "bench.max_new_tokens=10")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -37,9 +47,24 @@ def test_exp_run_set_param_and_exp_show(repo):
     exps = [e for rev in shown for e in (rev.get("experiments") or [])]
     run = next(e for e in exps if e.get("name") == "short")["revs"][0]["data"]
     assert run["params"]["params.yaml"]["data"]["bench"]["max_new_tokens"] == 10
-    summary = run["metrics"]["reports/summary.json"]["data"]
-    assert summary["eagle3_decode.c1.speedup_decode_tok_s"] > 0
-    assert run["metrics"]["results/baseline/metrics.json"]["data"]["decode_tok_s"] > 0
+    # what DVC sees as metrics: one small headline per mode (reports/headline/<mode>.json), labelled
+    head = run["metrics"]["reports/headline/eagle3_decode.json"]["data"]
+    assert head["speedup"] > 0 and head["source"] == "emulator" and head["point"] == "c1"
+    assert head["headline"].startswith(f"{head['speedup']:.2f}x [") and head["headline"].endswith(", 1 launch")
+    assert "(reference)" in run["metrics"]["reports/headline/baseline.json"]["data"]["headline"]
+    assert set(run["metrics"]) == {f"reports/headline/{m}.json" for m in ("baseline", "eagle3_decode")} \
+        | {"results/physics/headline.json"}
+    # README's commands print the headline within 120 columns, the engine and the source beside it
+    readme = (ROOT / "README.md").read_text()
+    cmd = next(shlex.split(ln.split("  #")[0]) for ln in readme.splitlines() if ln.startswith("dvc exp show "))
+    shown_text = _dvc_at_120_columns(repo, *cmd[1:], "--no-pager")
+    lines = shown_text.stdout.splitlines()
+    assert max(len(ln) for ln in lines) <= 120, shown_text.stdout
+    assert "short" in shown_text.stdout and head["headline"] in shown_text.stdout and "emulator" in shown_text.stdout
+    assert "engine" in lines[1] and ":source" in lines[1], lines[1]
+    metrics = _dvc_at_120_columns(repo, "metrics", "show")
+    assert max(len(ln) for ln in metrics.stdout.splitlines()) <= 120, metrics.stdout
+    assert "reports/headline/eagle3_decode.json" in metrics.stdout and "emulator" in metrics.stdout
     plots = _dvc(repo, "plots", "show", "--json")
     assert plots.returncode == 0, plots.stderr[-2000:]
     assert "break_even.png" in plots.stdout
@@ -82,7 +107,7 @@ def test_queued_experiment_runs_in_a_temp_copy(repo):
     exps = {e.get("name"): e for rev in shown for e in (rev.get("experiments") or [])}
     data = exps["queued"]["revs"][0]["data"]
     assert data["params"]["params.yaml"]["data"]["bench"]["max_new_tokens"] == 8
-    assert data["metrics"]["reports/summary.json"]["data"]["eagle3_decode.c1.speedup_decode_tok_s"] > 0
+    assert data["metrics"]["reports/headline/eagle3_decode.json"]["data"]["speedup"] > 0
     # the answer names the report as the experiment's, not its temporary copy (gone by now)
     report = [ln for ln in _dvc(repo, "queue", "logs", "queued").stdout.splitlines() if "Report:" in ln]
     assert report and "reports/report.html of experiment queued (`dvc exp apply queued`" in report[-1], report

@@ -105,8 +105,10 @@ def test_compare_outputs_and_verdicts(repo):
         # one launch per mode (bench.launches 1, a fresh MLflow store: no earlier launch to borrow from)
         assert sp["scope"] == "within one launch" and summary["modes"][mode]["c1"]["launches"] == 1
     assert "emulator" in summary["caption"] and "Not a GPU measurement" in summary["caption"]
+    # the figures' content is checked on the Figure objects (tests/unit/test_figures.py); here: drawn as PNGs
     for name in ("decode_tok_s", "latency_ms", "accept_length", "speedup"):
-        assert (repo / "reports" / "figures" / f"{name}.png").stat().st_size > 10_000
+        assert (repo / "reports" / "figures" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert Path(summary["figures"][name]).name == f"{name}.png"
     rates = yaml.safe_load((repo / "params.yaml").read_text())["bench"].get("request_rates") or []
     assert (repo / "reports" / "summary.csv").read_text().count("\n") == 3 * (2 + len(rates)) + 1  # c1, c4, r<R>
     # the dvc plots against concurrency see the closed-loop points only
@@ -184,7 +186,7 @@ def test_dvc_reruns_only_what_changed(repo):
 
 
 def test_report_renders_every_figure_in_headless_chromium(repo):
-    from browser import image_report
+    from browser import image_report, page_width
 
     report = repo / "reports" / "report.html"
     text = report.read_text()
@@ -192,9 +194,14 @@ def test_report_renders_every_figure_in_headless_chromium(repo):
     assert "eagle3_prefill (concurrency 1)" in text and "It loses" in text
     imgs = image_report(report)
     names = {alt for alt, _, _ in imgs}
-    assert {"decode_tok_s", "speedup", "break_even", "speedup_heatmap", "throughput_vs_concurrency",
-            "verify_vs_context"} <= names
+    assert {"decode_tok_s", "speedup", "break_even", "speedup_heatmap", "throughput_vs_concurrency"} <= names
+    assert "verify_vs_context" not in names  # one context length: no empty placeholder
     assert all(done and width > 0 for _, done, width in imgs), imgs
+    from lab.report.html import FIGURE_CAPTIONS
+
+    assert FIGURE_CAPTIONS["speedup"] in text and "<figcaption>speedup</figcaption>" not in text  # words, not names
+    assert "concurrency 0" not in text
+    assert max(page_width(report, 1280)) <= 1280  # nothing cut off or scrolled sideways at 1280 px
 
 
 def test_summary_md_and_report_carry_the_one_wave_warning(repo):
@@ -203,7 +210,7 @@ def test_summary_md_and_report_carry_the_one_wave_warning(repo):
     lean = json.loads((repo / "results" / "eagle3_decode" / "metrics.json").read_text())
     assert "c=4: 4 requests per repeat fill the batch fewer than 4 times" in lean["warnings"]
     md = (repo / "reports" / "summary.md").read_text()
-    assert md.startswith("**Does EAGLE-3 beat plain decoding here? Speedup over baseline")
+    assert md.startswith("**Does EAGLE-3 beat plain decoding here? decode tok/s speedup over baseline")
     assert "| eagle3_decode | c1 |" in md
     # one warning shared by the three modes: stated once, naming them
     assert md.count("c=4: 4 requests per repeat") == 1
@@ -211,8 +218,10 @@ def test_summary_md_and_report_carry_the_one_wave_warning(repo):
     text = (repo / "reports" / "report.html").read_text()
     assert "Measurement warnings" in text and "speedup, output tok/s" in text
     assert text.count("c=4: 4 requests per repeat") == 1
-    # the report opens with the answer, before the caption and the figures
-    assert text.index('class="answer"') < text.index('class="caption"') < text.index("<figure>")
+    # the report opens with the verdict and the summary table; the detail, the figures and the per-prompt
+    # lossless table follow
+    assert (text.index('class="verdict"') < text.index("Summary: mean [95 % CI]") < text.index('class="answer"')
+            < text.index("<figure>") < text.index("Per-prompt detail"))
 
 
 def test_dvc_repro_ends_with_the_answer(repo):
@@ -238,6 +247,7 @@ def test_dvc_repro_ends_with_the_answer(repo):
     pairs = SMALL_BENCH["num_prompts"] * points * SMALL_BENCH["repeats"]
     for mode in ("eagle3_prefill", "eagle3_decode"):
         assert comp["lossless"]["modes"][mode]["identical_share"] == 1.0
-    assert f"lossless: {pairs}/{pairs} outputs identical to baseline's token for token (100.0 %)" in answer
+    assert f"lossless: {pairs}/{pairs} identical to baseline's token for token (100.0 %) of {pairs} request pairs" \
+        in answer
     flat = json.loads((repo / "reports" / "summary.json").read_text())
     assert flat["eagle3_decode.lossless.identical_share"] == 1.0 and flat["eagle3_decode.lossless.pairs"] == pairs

@@ -72,13 +72,19 @@ def test_write_report_carries_notes_and_writes_both_files(tmp_path):
 
 
 def test_truth_rate_metrics_known_answers():
-    """Open-loop ground truth (lab.measure.accuracy._truth_rate_metrics): TTFT 15 ms, TPOT 90 ms / 5
-    = 18 ms; goodput over the offered duration n / rate, the client's definition."""
+    """Open-loop ground truth (lab.measure.accuracy._truth_rate_metrics): TTFT from the server's
+    arrival 15 ms, TPOT 90 ms / 5 = 18 ms; goodput judges TTFT from the scheduled send time and
+    divides by the truth window (last token - first scheduled time), the client's definitions."""
     from lab.measure.accuracy import _truth_rate_metrics
 
-    t = _truth_rate_metrics(_truth(), [_record()], {"ttft_ms": 20.0, "tpot_ms": 20.0}, rate=4.0)
+    rec = {**_record(), "t_scheduled": 0.992}  # scheduled 2 ms before the client sent it
+    t = _truth_rate_metrics(_truth(), [rec], {"ttft_ms": 20.0, "tpot_ms": 20.0}, rate=4.0)
     assert t["p50_ttft_ms"] == pytest.approx(15.0) and t["p50_tpot_ms"] == pytest.approx(18.0)
-    assert t["goodput_req_s"] == pytest.approx(1 / (1 / 4.0)) and t["_good"] == [True]
+    assert t["goodput_req_s"] == pytest.approx(1 / (1.100 - 0.992)) and t["_good"] == [True]
     assert t["offered_rate_req_s"] is None  # one arrival: no rate
-    strict = _truth_rate_metrics(_truth(), [_record()], {"ttft_ms": 20.0, "tpot_ms": 17.0}, rate=4.0)
+    strict = _truth_rate_metrics(_truth(), [rec], {"ttft_ms": 20.0, "tpot_ms": 17.0}, rate=4.0)
     assert strict["goodput_req_s"] == 0.0 and strict["_good"] == [False]
+    # 18 ms from the schedule to the first token (1.010 - 0.992): a 17 ms TTFT limit fails it, although
+    # the server's own TTFT (15 ms from its arrival stamp) meets it: the lag is charged
+    late = _truth_rate_metrics(_truth(), [rec], {"ttft_ms": 17.0, "tpot_ms": None}, rate=4.0)
+    assert late["_good"] == [False] and late["p50_ttft_ms"] == pytest.approx(15.0)

@@ -55,9 +55,10 @@ def test_lab_summary_prints_table_or_says_what_to_run(tmp_path, capsys):
     assert lab_main(["summary", "--reports", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     # the answer first (lab.report.answer), then the full table
-    assert out.startswith("Does EAGLE-3 beat plain decoding here? Speedup over base")
+    assert out.startswith("Does EAGLE-3 beat plain decoding here? decode tok/s speedup over base")
     answer, table = out.split("\n\n", 1)
-    assert "    c1: decode tok/s 1.18x [" in answer and "accept length 1.90, verify 18.0 ms" in answer
+    assert "\n  spec: 1.18x faster at c1 [" in answer  # the one line per mode opens the answer
+    assert "    c1: decode tok/s 1.18x [" in answer and "accept length 1.90, verify 18.0 ms" in " ".join(answer.split())
     assert answer.count("c=8: one wave") == 1 and "Warning (base, spec): c=8: one wave" in answer
     assert f"Report: {tmp_path / 'report.html'}" in answer
     assert "| spec | c1 | 97.0 [94.5, 99.5]" in table

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lab.analysis.load import beats_sentence, beats_up_to, goodput_speedup, pareto_front
-from lab.measure.goodput import is_good, run_load_metrics
+from lab.measure.goodput import is_good, run_load_metrics, ttft_from_schedule_ms
 from lab.config import ParamsError, load_params
 from lab.report.answer import answer_markdown, answer_text
 from lab.workload.arrivals import arrival_times, interarrival_cv, rate_key
@@ -86,14 +86,76 @@ def test_goodput_hand_computed():
     assert run_load_metrics(recs, 2.0, {"ttft_ms": None, "tpot_ms": 20.0})["goodput_req_s"] == pytest.approx(3 / 2)
     lagged = [_rec(1.0, 0.05, 3, 0.01, t_scheduled=0.99), _rec(2.0, 0.05, 3, 0.01, t_scheduled=2.0)]
     assert run_load_metrics(lagged, 1.0, slo)["p99_schedule_lag_ms"] == pytest.approx(10 * 0.99 + 0 * 0.01, rel=1e-6)
-    # an open-loop point divides by the offered duration n / rate (rate x attainment), not the window
+    # an open-loop point divides by the same measured window (vLLM: good_completed / dur_s)
     at_rate = run_load_metrics(recs, wall_s=2.0, slo=slo, rate_req_s=4.0)
-    assert at_rate["goodput_req_s"] == pytest.approx(2 / (5 / 4.0)) == pytest.approx(4.0 * m["slo_attainment"])
-    assert at_rate["goodput_tok_s"] == pytest.approx((11 + 21) / (5 / 4.0))
-    assert at_rate["request_throughput_req_s"] == m["request_throughput_req_s"]  # still the measured window
+    assert at_rate["goodput_req_s"] == m["goodput_req_s"] and at_rate["goodput_tok_s"] == m["goodput_tok_s"]
+    assert at_rate["request_throughput_req_s"] == m["request_throughput_req_s"]
     assert is_good(10.0, None, slo)  # a 1-token request: TPOT counts as 0 (vLLM)
     with pytest.raises(ValueError):
         run_load_metrics(recs, 0.0, slo)
+
+
+def test_rate_point_ttft_counts_from_the_schedule():
+    """At a rate point a request the client sent late is charged the lag: TTFT from t_scheduled."""
+    slo = {"ttft_ms": 100.0, "tpot_ms": None}
+    on_time = _rec(1.0, 0.050, 3, 0.01, t_scheduled=1.0)   # 50 ms from the schedule
+    late = _rec(1.2, 0.050, 3, 0.01, t_scheduled=1.0)      # sent 200 ms late: 250 ms from the schedule
+    m = run_load_metrics([on_time, late], wall_s=1.0, slo=slo, rate_req_s=2.0)
+    assert m["goodput_req_s"] == pytest.approx(1.0) and m["slo_attainment"] == pytest.approx(0.5)
+    assert m["p99_schedule_lag_ms"] == pytest.approx(198.0)
+    # closed loop: no schedule, TTFT from t_send: both meet 100 ms
+    assert run_load_metrics([on_time, late], wall_s=1.0, slo=slo)["slo_attainment"] == pytest.approx(1.0)
+    assert ttft_from_schedule_ms(late) == pytest.approx(250.0) and ttft_from_schedule_ms(_rec(0, 0.05, 3, 0.01)) \
+        == pytest.approx(50.0)  # no schedule: from t_send
+    assert ttft_from_schedule_ms(_rec(0, 0.05, 3, 0.01, ok=False, t_scheduled=0.0)) is None
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_goodput_never_exceeds_throughput(seed):
+    """Random runs (failures, late sends, tight and loose SLOs, closed loop and rate points): good
+    requests are ok requests over the same window, so goodput <= throughput; a definition that
+    divided by the offered duration n / rate (the old one) fails this when the run overran it."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 12))
+    recs = []
+    for i in range(n):
+        sched = float(rng.uniform(0, 0.5))
+        recs.append(_rec(sched + float(rng.exponential(0.3)), float(rng.uniform(0.01, 0.4)), int(rng.integers(1, 30)),
+                         float(rng.uniform(0.005, 0.03)), ok=bool(rng.random() > 0.2), t_scheduled=sched))
+    starts = [r["t_dispatch"] for r in recs]
+    wall = max(r["t_end"] for r in recs) - min(starts)
+    slo = {"ttft_ms": float(rng.choice([50.0, 200.0, 1e9])), "tpot_ms": float(rng.choice([10.0, 1e9]))}
+    for rate in (None, float(rng.uniform(0.5, 50.0))):
+        m = run_load_metrics(recs, wall_s=wall, slo=slo, rate_req_s=rate)
+        assert m["goodput_req_s"] <= m["request_throughput_req_s"] + 1e-12
+        assert 0.0 <= m["slo_attainment"] <= 1.0
+
+
+def test_issue_example_lagging_client_is_charged_and_warned():
+    """Issue 22's case: 8 requests at 12 req/s with a cap of 1 on a server that needs ~0.8 s each.
+    The old definition reported goodput 12.0 req/s against 1.22 req/s of throughput and no warning."""
+    from lab.measure.hygiene import SCHEDULE_LAG_WARN_MS, hygiene_warnings
+
+    sched = arrival_times(8, 12.0, 1.0, seed=0)
+    recs, free = [], 0.0
+    for t in sched:  # one slot: each request waits for the previous one to end
+        send = max(t, free)
+        r = _rec(send, 0.05, 64, 0.012, t_scheduled=t)
+        free = r["t_end"]
+        recs.append(r)
+    wall = max(r["t_end"] for r in recs) - min(r["t_dispatch"] for r in recs)
+    m = run_load_metrics(recs, wall, {"ttft_ms": 500.0, "tpot_ms": 20.0}, rate_req_s=12.0)
+    assert m["goodput_req_s"] <= m["request_throughput_req_s"] == pytest.approx(8 / wall)
+    assert m["slo_attainment"] < 0.5  # most waited seconds behind their schedule
+    assert m["p99_schedule_lag_ms"] > 1000
+    row = {"point": "r12", "request_rate": 12.0, "concurrency": 1, "repeat": 0, **m}
+    (w,) = [w for w in hygiene_warnings([row], None) if "schedule lag" in w]
+    assert w.startswith("r12: schedule lag p99") and "bench.rate_max_concurrency" in w and "Fix:" in w
+    calm = {**row, "p99_schedule_lag_ms": SCHEDULE_LAG_WARN_MS / 2}
+    assert not [w for w in hygiene_warnings([calm], None) if "schedule lag" in w]
+    uncapped = {**row, "concurrency": 0}
+    (w,) = [w for w in hygiene_warnings([uncapped], None) if "schedule lag" in w]
+    assert "client fell behind" in w and "idle machine" in w
 
 
 def test_goodput_speedup_and_zero_cases():

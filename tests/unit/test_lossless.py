@@ -45,10 +45,10 @@ def test_identical_outputs_pass():
     e = res["modes"]["eagle3"]
     assert (e["status"], e["pairs"], e["identical"], e["identical_share"], e["passed"]) == ("checked", 12, 12, 1.0, True)
     assert e["first_divergence_token_min"] is None and e["divergent"] == [] and res["warnings"] == {}
-    assert e["points"] == {"c1": {"pairs": 6, "identical": 6, "identical_share": 1.0},
-                           "c8": {"pairs": 6, "identical": 6, "identical_share": 1.0}}
+    assert e["points"] == {"c1": {"pairs": 6, "identical": 6, "identical_share": 1.0, "total_pairs": 6},
+                           "c8": {"pairs": 6, "identical": 6, "identical_share": 1.0, "total_pairs": 6}}
     assert "baseline" not in res["modes"]
-    assert e["line"] == "lossless: 12/12 outputs identical to baseline's token for token (100.0 %)"
+    assert e["line"] == "lossless: 12/12 identical to baseline's token for token (100.0 %) of 12 request pairs"
 
 
 def test_divergent_at_k_names_the_prompts():
@@ -96,7 +96,7 @@ def test_missing_ids_are_not_checked_never_a_pass():
     part[0]["output_ids"] = None
     e = check_lossless({"baseline": workload("baseline"), "eagle3": part}, "baseline", temperature=0.0)["modes"]["eagle3"]
     assert (e["status"], e["pairs"], e["missing_ids"]) == ("checked", 11, 1)
-    assert "1 pairs without output_ids not checked" in e["line"]
+    assert e["line"].endswith("(100.0 %) of 12 request pairs; 1 without output_ids")
 
 
 def test_like_with_like_failed_unmatched_sampled_skipped():
@@ -104,7 +104,14 @@ def test_like_with_like_failed_unmatched_sampled_skipped():
     other[0]["ok"] = False  # a failed request has no partner
     other[1]["prompt_index"] = 2  # a different prompt in the same slot is not compared
     e = check_lossless({"baseline": workload("baseline"), "eagle3": other}, "baseline", temperature=0.0)["modes"]["eagle3"]
-    assert (e["pairs"], e["unmatched"], e["identical_share"]) == (10, 2, 1.0)
+    assert (e["pairs"], e["failed"], e["unmatched"], e["total_pairs"], e["identical_share"]) == (10, 1, 1, 12, 1.0)
+    assert e["line"] == ("lossless: 10/10 identical to baseline's token for token (100.0 %) of 12 request pairs; "
+                         "1 failed; 1 unmatched")
+    # issue 22: 11 of 12 failed must not read "1/1 identical (100 %)" alone
+    mostly_failed = [{**r, "ok": False} if i else r for i, r in enumerate(workload("eagle3"))]
+    e = check_lossless({"baseline": workload("baseline"), "eagle3": mostly_failed}, "baseline",
+                       temperature=0.0)["modes"]["eagle3"]
+    assert e["line"] == "lossless: 1/1 identical to baseline's token for token (100.0 %) of 12 request pairs; 11 failed"
     warm = [rec("eagle3", point=None, ids=[1])] + [{**rec("eagle3", ids=[1]), "rid": "eagle3-warmup0-0"}]
     e = check_lossless({"baseline": workload("baseline"), "eagle3": warm}, "baseline", temperature=0.0)["modes"]["eagle3"]
     assert e["status"] == "not checked" and "no request matched" in e["reason"]  # warm-up is never compared
@@ -148,13 +155,14 @@ def test_answer_summary_and_metrics_carry_the_check():
     text = answer_text(comp)
     lines = text.splitlines()
     i = lines.index("  eagle3_decode:")
-    assert "    lossless: 12/12 outputs identical to baseline's token for token (100.0 %)" in lines[i:]
-    assert ("    lossless: 8/12 outputs identical to baseline's token for token (66.7 %); 1 of 3 prompts differ, "
-            "first at token 2") in lines
-    assert 'Warning (eagle3_prefill): lossless check: 4 of 12 outputs' in text and '#2 "Summarise the seeds"' in text
+    assert "    lossless: 12/12 identical to baseline's token for token (100.0 %) of 12 request pairs" in lines[i:]
+    assert ("lossless: 8/12 identical to baseline's token for token (66.7 %) of 12 request pairs; 1 of 3 prompts "
+            "differ, first at token 2") in " ".join(text.split())  # wrapped at 120 columns
+    assert 'Warning (eagle3_prefill): lossless check: 4 of 12 outputs' in text and '#2 "Summarise the seeds"' in \
+        " ".join(text.split())
     for render in (answer_markdown, answer_html):
         out = render(comp)
-        assert "outputs identical to baseline" in out and "Summarise the seeds" in out, render
+        assert "identical to baseline" in out and "Summarise the seeds" in out, render
     flat = lean_numbers({"modes": {}, "lossless": ll})
     assert flat["eagle3_decode.lossless.identical_share"] == 1.0
     assert flat["eagle3_prefill.lossless.identical_share"] == pytest.approx(8 / 12)
@@ -173,7 +181,7 @@ def test_lab_summary_prints_the_lossless_line(tmp_path, capsys):
         {"baseline": "baseline", "modes": {"eagle3": {"c1": {"concurrency": 1}}}, "lossless": ll, "warnings": {}}))
     (tmp_path / "summary.csv").write_text("mode,point,concurrency\neagle3,c1,1\n")
     assert print_summary(tmp_path) == 0
-    assert "    lossless: 12/12 outputs identical to baseline's token for token (100.0 %)" in capsys.readouterr().out
+    assert "lossless: 12/12 identical to baseline's token for token (100.0 %) of 12 request pairs" in capsys.readouterr().out
 
 
 # --------------------------------------------------------------------------- emulator

@@ -49,3 +49,35 @@ def test_interval_metrics_and_warning_tags():
 
 def test_runs_table_url():
     assert runs_table_url("http://127.0.0.1:5000/", "3") == "http://127.0.0.1:5000/#/experiments/3?workflowType=machine_learning"
+    assert runs_table_url("http://127.0.0.1:5000", "3", "k") == \
+        "http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning&viewStateShareKey=k"
+
+
+def test_runs_table_view_shows_the_headline_metric_key_params_and_provenance():
+    """`lab ui`'s shared view (lab.tracking.runs_view.install_runs_view): the catalog's headline
+    metric and its interval first, the answer's other metrics, each speculative mode's headline
+    speedup (the compare run's metric), the mode's key params and the provenance tags, in MLflow's
+    canonical column keys; written as the experiment tag the UI reads for ?viewStateShareKey=."""
+    import json
+
+    from lab.config import load_params
+    from lab.tracking.runs_view import RUNS_VIEW_KEY, install_runs_view, runs_table_columns
+
+    params = load_params()
+    cols = runs_table_columns(params)
+    assert cols[:3] == ["metrics.`decode_tok_s`", "metrics.`decode_tok_s_ci95_lo`", "metrics.`decode_tok_s_ci95_hi`"]
+    assert "metrics.`accept_length`" in cols and "metrics.`verify_ms`" in cols
+    assert "metrics.`eagle3_decode.c1.speedup_decode_tok_s`" in cols
+    assert "metrics.`baseline.c1.speedup_decode_tok_s`" not in cols
+    assert {"params.`mode.attention_mode`", "tags.`engine`", "tags.`weights`", "tags.`acceptance`"} <= set(cols)
+
+    class Client:
+        tags = {}
+
+        def set_experiment_tag(self, exp, key, value):
+            self.tags[(exp, key)] = value
+
+    client = Client()
+    assert install_runs_view(client, "7", params) == RUNS_VIEW_KEY
+    view = json.loads(client.tags[("7", f"mlflow.sharedViewState.{RUNS_VIEW_KEY}")])
+    assert view["selectedColumns"] == cols and view["orderByKey"] == "attributes.start_time"

@@ -100,7 +100,7 @@ def test_mismatched_or_failed_requests_are_counted_not_paired():
 def test_summary_rows_markdown_and_flat_metrics_carry_the_paired_speedup(tmp_path):
     from lab.analysis.comparison import lean_numbers, summarize
     from lab.report.tables import summary_markdown
-    from lab.report.html import summary_html
+    from lab.report.html import speedup_html
 
     _workload(tmp_path, ratio=1.25)
     runs = pd.DataFrame([
@@ -116,9 +116,11 @@ def test_summary_rows_markdown_and_flat_metrics_carry_the_paired_speedup(tmp_pat
     table = summary_markdown(summary["rows"], "base").splitlines()
     assert "paired per prompt, decode tok/s [95 % CI]" in table[0]
     cells = [c.strip() for c in table[3].strip("|").split("|")]
-    assert cells[8].startswith("1.25x [") and cells[8].endswith("faster")  # the row's "intervals" cell says the scope
+    assert cells[8].startswith("1.25x [") and cells[8].endswith("]")  # beside the verdict, not a second one
+    assert cells[7].endswith("faster")  # the per-repeat speedup carries the point's verdict
+    # the row's "intervals" cell says the scope
     assert cells[-1] == "within one launch" and entry["scope"] == "within one launch" and entry["unit"] == "prompt"
     flat = lean_numbers(summary)
     assert flat["spec.c1.paired_speedup_decode_tok_s"] == entry["ratio"]
     assert flat["spec.c1.paired_speedup_decode_tok_s_ci95_lo"] == entry["ci95_lo"]
-    assert "paired per prompt, decode tok/s" in summary_html(summary) and "1.25x [" in summary_html(summary)
+    assert "paired per prompt, decode tok/s" in speedup_html(summary) and "1.25x<span class=\"ci\">[" in speedup_html(summary)

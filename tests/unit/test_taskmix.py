@@ -109,23 +109,40 @@ def test_report_lines_say_too_few_prompts_instead_of_an_interval(tmp_path):
     lines = taskmix_lines(comp)
     assert lines[1] == ("spec c1: coding 2.10 [1.90, 2.30]; 1.30x [1.10, 1.50] | "
                         "roleplay 1.50 (too few prompts: n=2); 0.90x (too few prompts: n=2)")
-    assert lines[1] in answer_text(comp) and lines[1] in answer_markdown(comp)
+    assert lines[1] in " ".join(answer_text(comp).split()) and lines[1] in answer_markdown(comp)  # text: wrapped
     assert "too few prompts" in taskmix_html(comp) and taskmix_lines({"modes": {}}) == []
-    path = write_categories_csv(comp["taskmix"], tmp_path / "categories.csv")
-    got = list(pd.read_csv(path)["category"])
-    assert got == ["coding", "roleplay"]
-    assert write_categories_csv(None, tmp_path / "empty.csv").read_text().startswith("mode,point,concurrency,category")
+    prov = {"spec": {"engine": "sglang", "timing": "measured", "weights": "random", "acceptance": "simulated"}}
+    path = write_categories_csv(comp["taskmix"], tmp_path / "categories.csv", provenance=prov)
+    got = pd.read_csv(path)
+    assert list(got["category"]) == ["coding", "roleplay"]
+    assert list(got["weights"]) == ["random"] * 2 and list(got["acceptance"]) == ["simulated"] * 2
+    assert write_categories_csv(None, tmp_path / "empty.csv").read_text().startswith(
+        "mode,engine,timing,weights,acceptance,point,concurrency,category")
 
 
 def test_taskmix_figure_is_drawn(tmp_path):
-    from lab.report.task_categories import draw_taskmix
+    """What the figure draws: per category a marker at the value, whiskers at its interval across
+    prompts, a hollow marker without whiskers where the category has too few prompts."""
+    from lab.report.task_categories import draw_taskmix, taskmix_figure
 
     rows = [{"mode": "spec", "point": "c1", "category": c, "accept_length": v, "accept_length_ci95_lo": lo,
              "accept_length_ci95_hi": hi, "speedup_decode_tok_s": 1.1} for c, v, lo, hi in
             (("coding", 2.1, 1.9, 2.3), ("writing", 1.6, None, None))]
-    out = draw_taskmix({"baseline": "base", "caption": "engine: emulator. Not a GPU measurement.",
-                        "taskmix": {"min_prompts": 3, "categories": ["coding", "writing"], "rows": rows}}, tmp_path)
-    assert Path(out["taskmix"]).stat().st_size > 10_000
+    summary = {"baseline": "base", "caption": "engine: emulator. Not a GPU measurement.",
+               "taskmix": {"min_prompts": 3, "categories": ["coding", "writing"], "rows": rows}}
+    fig = taskmix_figure(summary)
+    acc = fig.axes[0]
+    assert [t.get_text() for t in acc.get_xticklabels()] == ["coding", "writing"]
+    (bars,) = [c for c in acc.containers if hasattr(c, "lines")]  # the one category with an interval
+    data_line, _, (whisker,) = bars.lines
+    assert list(data_line.get_ydata()) == [2.1]
+    (seg,) = whisker.get_segments()
+    assert (seg[0][1], seg[1][1]) == pytest.approx((1.9, 2.3))
+    hollow = [ln for ln in acc.lines if ln.get_markerfacecolor() == "none"]
+    assert [list(ln.get_ydata()) for ln in hollow] == [[1.6]]  # writing: too few prompts, no whiskers
+    assert "Not a GPU measurement" in " ".join(t.get_text() for t in fig.texts)
+    out = draw_taskmix(summary, tmp_path)
+    assert Path(out["taskmix"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert draw_taskmix({}, tmp_path) == {}
 
 
