@@ -270,10 +270,11 @@ def test_answer_and_report_say_the_scope():
 
     one = summarize({"base": {}, "spec": {}}, _runs(1), "base")
     text = answer_text(one)
-    assert "faster (within one launch)" in text
+    head = text.splitlines()[1]  # the mode's one line: verdict, point, interval, scope
+    assert head.strip().startswith("spec: 1.17x faster at c1 [") and head.endswith(", within one launch"), head
     assert "within one launch" in summary_html(one) and "intervals" in summary_html(one)
     three = summarize({"base": {}, "spec": {}}, _runs(3), "base")
-    assert "(across 3 launches)" in answer_text(three)
+    assert answer_text(three).splitlines()[1].endswith(", across 3 launches")
 
 
 def test_summarize_borrows_the_sentinels_launch_spread():
