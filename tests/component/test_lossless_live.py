@@ -101,7 +101,7 @@ def test_emulator_modes_agree_and_the_check_catches_the_diverge_fault(tmp_path):
     assert "  - lossless: 16/16 identical to baseline's token for token (100.0 %) of 16 request pairs" in md
     assert f"- (eagle3_prefill) {w}" in md
     html = (tmp_path / "reports" / "report.html").read_text()
-    assert "Lossless check: output token ids" in html and "lossless check: " in html
+    assert "output token ids against the baseline's (lossless check)" in html and "lossless check: " in html
     flat = json.loads((tmp_path / "reports" / "summary.json").read_text())
     assert flat["eagle3_decode.lossless.identical_share"] == 1.0
     assert flat["eagle3_prefill.lossless.first_divergence_token_min"] == k

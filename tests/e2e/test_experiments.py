@@ -54,14 +54,15 @@ def test_exp_run_set_param_and_exp_show(repo):
     assert "(reference)" in run["metrics"]["reports/headline/baseline.json"]["data"]["headline"]
     assert set(run["metrics"]) == {f"reports/headline/{m}.json" for m in ("baseline", "eagle3_decode")} \
         | {"results/physics/headline.json"}
-    # README's commands print the headline within 120 columns, the engine and the source beside it
+    # README's commands print the headline within 120 columns with its source (engine, weights,
+    # acceptance) beside it, no column collapsed into "…"
     readme = (ROOT / "README.md").read_text()
     cmd = next(shlex.split(ln.split("  #")[0]) for ln in readme.splitlines() if ln.startswith("dvc exp show "))
     shown_text = _dvc_at_120_columns(repo, *cmd[1:], "--no-pager")
     lines = shown_text.stdout.splitlines()
     assert max(len(ln) for ln in lines) <= 120, shown_text.stdout
     assert "short" in shown_text.stdout and head["headline"] in shown_text.stdout and "emulator" in shown_text.stdout
-    assert "engine" in lines[1] and ":source" in lines[1], lines[1]
+    assert ":headline" in lines[1] and ":source" in lines[1] and "…" not in shown_text.stdout, shown_text.stdout
     metrics = _dvc_at_120_columns(repo, "metrics", "show")
     assert max(len(ln) for ln in metrics.stdout.splitlines()) <= 120, metrics.stdout
     assert "reports/headline/eagle3_decode.json" in metrics.stdout and "emulator" in metrics.stdout

@@ -101,7 +101,9 @@ def test_the_comparison_spans_the_launches(repo):
     paired = e["paired_speedup_decode_tok_s"]
     assert paired["unit"] == "launch" and paired["n_units"] == 2 and paired["n_pairs"] == 2 * 2 * 3
     # every place that shows the interval says what it spans
-    assert "(across 2 launches)" in stdout  # the answer dvc repro ends with
+    # the answer dvc repro ends with: the mode's one line ends with the interval's scope
+    assert any(ln.strip().startswith("eagle3_decode: ") and ln.rstrip().endswith(", across 2 launches")
+               for ln in stdout.splitlines()), stdout[-3000:]
     summary_json = json.loads((repo / "reports" / "summary.json").read_text())
     assert summary_json["eagle3_decode.c1.speedup_decode_tok_s_scope"] == "across 2 launches"
     assert summary_json["eagle3_decode.c1.launches"] == 2.0
@@ -109,7 +111,9 @@ def test_the_comparison_spans_the_launches(repo):
     assert "across 2 launches" in (repo / "reports" / "report.html").read_text()
     csv_head = (repo / "reports" / "summary.csv").read_text().splitlines()[0].split(",")
     assert {"launches", "interval_scope", "speedup_decode_tok_s_scope"} <= set(csv_head)
-    # dvc metrics show: launch 1's metrics.json per mode and the comparison, not a row per launch
+    # dvc metrics show: one headline per mode, saying how many launches it spans, not a row per launch
     shown = run_dvc(repo, "metrics", "show", "--json")
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert "results/launches" not in shown.stdout
+    head = json.loads((repo / "reports" / "headline" / "eagle3_decode.json").read_text())
+    assert head["headline"].endswith(", 2 launches"), head
