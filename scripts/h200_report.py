@@ -3,7 +3,10 @@
 - ``docs/benchmarks/h200-sglang-0.5.16/``: the ``dvc repro`` of ``configs/h200/params-kshard.yaml``
   (baseline, eagle3_prefill, eagle3_decode; CUDA graphs on; 3 repeats; intervals);
 - ``tests/fixtures/sglang-0.5.16/kshard/*_eager`` and ``tiny/*``: ``lab capture`` runs (one pass
-  per level: no interval).
+  per level: no interval), the three modes with CUDA graphs off on both models and on tiny with
+  them on;
+- the graph-vs-eager comparison: per model, each component's device-timer ms at c1 with CUDA
+  graphs on (kshard: the ``dvc repro``'s mean; tiny: its capture) and off (the ``*_eager`` capture).
 
 ``python scripts/h200_report.py`` prints the markdown that ``docs/benchmarks/h200-sglang-0.5.16.md``
 holds between its ``<!-- tables -->`` markers (``tests/unit/test_h200_report.py`` checks they agree).
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -86,16 +90,56 @@ def capture_table(model: str, modes: list[str]) -> list[str]:
     return out
 
 
+#: The ``lab capture`` folders, by model, in table order.
+CAPTURED = {"tiny": ["baseline", "eagle3_prefill", "eagle3_decode", "baseline_eager", "eagle3_prefill_eager",
+                     "eagle3_decode_eager"],
+            "kshard": ["baseline_eager", "eagle3_prefill_eager", "eagle3_decode_eager"]}
+_LOG_TS = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d):\d\d\]", re.M)
+
+
 def startup_table() -> list[str]:
-    """Launch to ready, by phase (lab/engine/startup.py), for the captured modes."""
-    out = ["| model | mode | ready, s | init s | CUDA-graph capture s |", "| --- | --- | ---: | ---: | ---: |"]
-    for model, modes in (("tiny", ["baseline", "eagle3_prefill", "eagle3_decode"]),
-                         ("kshard", ["baseline_eager", "eagle3_decode_eager"])):
+    """Launch to ready, by phase (lab/engine/startup.py), for the captured modes; "log start" is
+    the first time stamp of the capture's ``server.log`` (which session ran it)."""
+    out = ["| model | mode | log start | ready, s | init s | CUDA-graph capture s |",
+           "| --- | --- | --- | ---: | ---: | ---: |"]
+    for model, modes in CAPTURED.items():
         for mode in modes:
             st = json.loads((FIX / model / mode / "launch.json").read_text())["startup"]
             ph = st.get("phases") or {}
-            out.append(f"| {model} | {mode} | {_f(st.get('startup_s'))} | {_f(ph.get('init_s'))} | "
-                       f"{_f(ph.get('cuda_graph_capture_s'))} |")
+            ts = _LOG_TS.search((FIX / model / mode / "server.log").read_text())
+            out.append(f"| {model} | {mode} | {ts.group(1) if ts else '-'} | {_f(st.get('startup_s'))} | "
+                       f"{_f(ph.get('init_s'))} | {_f(ph.get('cuda_graph_capture_s'))} |")
+    return out
+
+
+def _graph_c1(model: str) -> dict[str, dict]:
+    """c1 readout per graph mode: kshard from the dvc repro's summary.csv (``*_mean``), tiny from
+    its captures' window.json."""
+    if model == "kshard":
+        rows = {r["mode"]: r for r in csv.DictReader(open(RUN / "reports" / "summary.csv")) if r["point"] == "c1"}
+        return {m: {k: (float(r[f"{k}_mean"]) if r.get(f"{k}_mean") not in (None, "") else None)
+                    for k in ("decode_ms", "verify_ms", "draft_ms")} for m, r in rows.items()}
+    return {m: json.loads((FIX / model / m / "window.json").read_text())["c1"]
+            for m in ("baseline", "eagle3_prefill", "eagle3_decode")}
+
+
+def graph_vs_eager_table() -> list[str]:
+    """Device-timer ms per decode iteration at c1, CUDA graphs on vs off, per model and component.
+    Eager draft ms holds the draft decode steps only: with graphs off SGLang books the draft's
+    extend inside ``extend`` (the readout's ``draft_incomplete``)."""
+    out = ["| model | component | mode | graphs on, ms | graphs off, ms | off / on | off - on, ms |",
+           "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+    parts = (("decode step", "baseline", "decode_ms"), ("verify (3 tokens)", "eagle3_prefill", "verify_ms"),
+             ("verify (3 tokens)", "eagle3_decode", "verify_ms"), ("draft", "eagle3_prefill", "draft_ms"),
+             ("draft", "eagle3_decode", "draft_ms"))
+    for model in ("kshard", "tiny"):
+        graph = _graph_c1(model)
+        for what, mode, key in parts:
+            on = graph[mode][key]
+            off = json.loads((FIX / model / f"{mode}_eager" / "window.json").read_text())["c1"][key]
+            label = what + (" (eager: draft steps only)" if key == "draft_ms" else "")
+            out.append(f"| {model} | {label} | {mode} | {_f(on, 2)} | {_f(off, 2)} | {_f(off / on, 1)}x | "
+                       f"{_f(off - on, 2)} |")
     return out
 
 
@@ -103,9 +147,13 @@ def render() -> str:
     parts = ["### kshard (one GPU's share of Kimi-K2.5 at TP 8), CUDA graphs on: `dvc repro`, 3 repeats", "",
              *graph_table(), "",
              "### kshard, CUDA graphs off (`--disable-cuda-graph`): `lab capture`, one pass per level", "",
-             *capture_table("kshard", ["baseline_eager", "eagle3_decode_eager"]), "",
+             *capture_table("kshard", CAPTURED["kshard"]), "",
              "### tiny (8-layer MLA + MoE), CUDA graphs on: `lab capture`, one pass per level", "",
-             *capture_table("tiny", ["baseline", "eagle3_prefill", "eagle3_decode"]), "",
+             *capture_table("tiny", CAPTURED["tiny"][:3]), "",
+             "### tiny, CUDA graphs off (`--disable-cuda-graph`): `lab capture`, one pass per level", "",
+             *capture_table("tiny", CAPTURED["tiny"][3:]), "",
+             "### CUDA graphs on vs off, device-timer ms per decode iteration at c1", "",
+             *graph_vs_eager_table(), "",
              "### Startup (launch to ready)", "", *startup_table()]
     return "\n".join(parts) + "\n"
 

@@ -295,16 +295,21 @@ class Engine:
         for r in batch:
             n = min(grants[r], r.max_new_tokens - r.completion_tokens)
             if kind == "spec":
-                correct = n - 1
+                # SGLang counts the verify's whole accepted run (drafts + bonus) in meta_info, the
+                # histogram and the log's accept len, and only then cuts output_ids at
+                # max_new_tokens (0.5.16 batch_result_processor.py:592-595 and 680-685,
+                # metrics_reporter.py:353-361, schedule_batch.py:1485-1489; shown on the real
+                # captures by tests/unit/test_real_sglang_0516.py).
+                correct = grants[r] - 1
                 r.spec_verify_ct += 1
                 r.num_correct_drafts += correct
                 if len(r.histogram) <= correct:
                     r.histogram.extend([0] * (correct + 1 - len(r.histogram)))
                 r.histogram[correct] += 1
-                self._log_accept_tokens += n
+                self._log_accept_tokens += grants[r]
                 self._log_correct += correct
                 self._log_forward_ct += 1
-                self.total_accept_tokens += n
+                self.total_accept_tokens += grants[r]
                 self.total_accept_forward_ct += 1
             r.add_tokens(n, a.random_seed)
             gen += n

@@ -295,3 +295,25 @@ def test_the_lab_readout_has_the_same_shape(emulated, mode):
     e_rec = json.loads((emulated / mode / "requests.jsonl").read_text().splitlines()[0])
     r_rec = json.loads((REAL / mode / "requests.jsonl").read_text().splitlines()[0])
     assert set(e_rec) == set(r_rec)
+
+
+def _overshoots(folder: Path) -> list[int]:
+    """Per streamed request of a capture: ``1 + spec_verify_ct + spec_num_correct_drafts -
+    completion_tokens``, how far the last cycle's accepted run went past ``max_new_tokens``."""
+    recs = [json.loads(ln) for ln in (folder / "requests.jsonl").read_text().splitlines()]
+    out = []
+    for r in recs:
+        m = r["meta_info"]
+        hist = m["spec_correct_drafts_histogram"]
+        assert sum(hist) == m["spec_verify_ct"] and sum(k * c for k, c in enumerate(hist)) == m["spec_num_correct_drafts"]
+        out.append(1 + m["spec_verify_ct"] + m["spec_num_correct_drafts"] - r["completion_tokens"])
+    return out
+
+
+def test_acceptance_counts_the_last_cycles_whole_run_as_sglang_does(emulated):
+    """SGLang counts a verify's whole accepted run in ``spec_num_correct_drafts`` and the
+    histogram, then cuts the output at ``max_new_tokens``; the emulator does the same (its exact
+    count on a pinned run: tests/unit/test_emulator.py)."""
+    real, emu = _overshoots(REAL / "eagle3_decode"), _overshoots(emulated / "eagle3_decode")
+    assert all(0 <= o < 3 for o in real + emu), (real, emu)  # num_draft_tokens 3
+    assert any(o > 0 for o in real), real  # the real server's last runs went past the cap

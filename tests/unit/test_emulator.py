@@ -248,3 +248,17 @@ def test_startup_log_captures_verify_graph_only_where_the_profile_replays_it():
     assert not any("Capture target verify" in m for m in eager)
     assert any(m.startswith("Capture draft decode CUDA graph begin") for m in eager)
     assert any(m.startswith("Capture target verify CUDA graph end. bs=[1, 2]") for m in graphed)
+
+
+def test_a_last_cycle_cut_at_max_new_tokens_counts_its_whole_run(tmp_path):
+    """As SGLang 0.5.16 does (batch_result_processor.py:592-595; the real captures in
+    tests/unit/test_real_sglang_0516.py): accept length pinned at 2, 8 new tokens = the prefill
+    token + 3 cycles of 2 + a 4th cycle cut to 1. That 4th cycle's accepted draft is still counted
+    (correct drafts 4, histogram [0, 4]), the output is not."""
+    reqs = [Request(rid="a", prompt_tokens=8, max_new_tokens=8)]
+    argv = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d", "--speculative-num-steps", "2",
+            "--speculative-eagle-topk", "1", "--decode-log-interval", "1000"]
+    t = _run_engine(tmp_path, "cut", argv, reqs, simulate=2.0)
+    assert t.tokens_by_rid()["a"] == [1, 2, 2, 2, 1]
+    r = reqs[0]
+    assert (r.completion_tokens, r.spec_verify_ct, r.num_correct_drafts, r.histogram) == (8, 4, 4, [0, 4])
