@@ -51,7 +51,9 @@ def result_provenance(result: Mapping[str, Any]) -> dict[str, str]:
     engine = str(result.get("engine") or "?")
     cmd = str(result.get("server_command") or "")
     speculative = "--speculative-algorithm" in cmd or bool((result.get("headline") or {}).get("accept_length"))
-    if engine == "emulator":
+    from lab.engine.registry import ENGINES
+
+    if engine in ENGINES and ENGINES[engine].modelled:
         return {"engine": engine, "timing": "modelled", "weights": "emulated",
                 "acceptance": "emulated" if speculative else "n/a"}
     weights = "random" if "--load-format dummy" in cmd else "real"

@@ -106,8 +106,9 @@ def stage_resources(stage: str, params: LabParams, opts: Options) -> Resources:
     """The request of ``stage`` (``bench@<mode>``, ``bench_launch@<n>-<mode>``, ``physics``,
     ``compare``): module docstring."""
     from lab.config.paths import bench_stage_launch
+    from lab.engine.registry import engine_for
 
-    gpu_sweep = params.engine == "sglang"
+    gpu_sweep = engine_for(params).holds_gpus  # a real engine's bench job asks for the GPUs its TP needs
     base = Resources(cpus_per_task=opts.cpus_per_task, mem=opts.mem, time=opts.time or "01:00:00")
     if bench_stage_launch(stage) and gpu_sweep:
         nnodes = params.server.nnodes

@@ -212,3 +212,16 @@ def test_config_runs_only_the_physics_schema():
     physics = sorted(m for m in reachable(graph, "lab.config") if m.startswith("lab.physics"))
     assert physics == ["lab.physics.params"], physics
     assert graph["lab.physics"] <= {"lab.physics.params"}, graph["lab.physics"]  # its __init__ runs with it
+
+
+def test_engine_names_are_compared_only_in_the_registry():
+    """One seam per engine (issue 20): what an engine is (modelled, records ground truth, holds
+    GPUs) is asked of :mod:`lab.engine.registry`, never by comparing its name elsewhere."""
+    import re
+
+    root = Path(__file__).resolve().parents[2] / "lab"
+    pattern = re.compile(r"""engine\s*[!=]=\s*["']|["'](emulator|sglang)["']\s*[!=]=\s*\S*engine""")
+    found = [f"{p.relative_to(root.parent)}:{n}: {line.strip()}"
+             for p in sorted(root.rglob("*.py")) if p.name != "registry.py"
+             for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, "\n".join(found)
