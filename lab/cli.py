@@ -292,9 +292,13 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lab`` console script."""
     ap = argparse.ArgumentParser(prog="lab", description="eagle-verify-lab command line")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p_log = sub.add_parser("log", help="log a run to MLflow again from its record (results/<mode>, reports, results/physics)")
-    p_log.add_argument("results_dir", type=Path)
-    p_log.add_argument("--params", default=None)
+    log_help = "log a run to MLflow again from its record (results/<mode>, reports, results/physics)"
+    p_log = sub.add_parser("log", help=log_help, description=(
+        log_help + ": the run's mlflow_run.json (every param, metric, tag, artifact and its parent) is replayed "
+        "into the same run when the store still has it, completing a half-logged run in place, else into a new "
+        "one; a FINISHED run keeps what it has and gets only its missing recorded artifacts (lab/tracking/relog.py)"))
+    p_log.add_argument("results_dir", type=Path, help="a stage's results folder holding mlflow_run.json")
+    p_log.add_argument("--params", default=None, help="params file (default: <repo>/params.yaml)")
     p_stage = sub.add_parser("stage", help="run a pipeline stage (as dvc.yaml does)")
     p_stage.add_argument("rest", nargs=argparse.REMAINDER)
     p_doc = sub.add_parser("doctor", help="preflight checks: GPUs, SGLang, launch flags, weights, port, disk")

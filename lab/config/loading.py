@@ -39,6 +39,12 @@ def _all_param_keys() -> set[str]:
     return keys
 
 
+#: pydantic's error types of a value of the right type outside its bounds, and how the fix says it.
+_BOUND_TYPES = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"), "less_than_equal": ("<=", "le"),
+                "less_than": ("<", "lt"), "too_short": ("to at least this many entries:", "min_length"),
+                "too_long": ("to at most this many entries:", "max_length")}
+
+
 def _format_validation_error(err: ValidationError, source: str) -> str:
     lines = [f"{source} is invalid:"]
     for e in err.errors():
@@ -55,6 +61,11 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
             msg += f" (got {e.get('input')!r}). Fix: give a list, e.g. [{e.get('input')!r}]"
         elif e["type"] == "missing":
             msg = "required key missing. Fix: add it (see README's params table)"
+        elif e["type"] in _BOUND_TYPES and "Fix:" not in msg:  # the right type, out of range
+            word, ctx_key = _BOUND_TYPES[e["type"]]
+            bound = (e.get("ctx") or {}).get(ctx_key)
+            msg += f" (got {e.get('input')!r}). Fix: set {key} {word} {bound}" if bound is not None else \
+                f" (got {e.get('input')!r}). Fix: give a value within the bound"
         elif "Fix:" not in msg:
             msg += f" (got {e.get('input')!r}). Fix: give a value of the right type"
         lines.append(f"  {key}: {msg}" if key else f"  {msg}")

@@ -361,7 +361,9 @@ def _cheap_checks(params: LabParams, results_dir: Path) -> list[Check]:
         check_port_free(s.host, s.port)
         checks.append(Check("port", OK, f"{s.host}:{s.port} is free"))
     except ServerError as exc:
-        checks.append(Check("port", FAIL, str(exc).split(". Fix:")[0], "stop that process or set server.port"))
+        checks.append(Check("port", FAIL, str(exc).split(". Fix:")[0],
+                            f"stop that process or set server.port (for this run only, leaving params.yaml and "
+                            f"dvc status alone: LAB_SERVER_PORT={s.port + 1} dvc repro)"))
     probe = results_dir
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent

@@ -91,6 +91,12 @@ def write_comparison_json(rep_dir: Path, summary: dict[str, Any], lean: dict[str
     write_headlines(rep_dir / HEADLINE_DIR, summary)
 
 
+#: The headline's short verdict words where the answer's are long: "1.23x [0.99, 1.52] inconclusive,
+#: 3 launches" is no wider than its ``dvc exp show`` column header
+#: (``reports/headline/eagle3_decode.json:headline``), so README's command fits 120 columns.
+HEADLINE_WORDS = {"not distinguishable": "inconclusive"}
+
+
 #: Where the compare stage's DVC metrics live: one small file per mode (``dvc metrics show``: one row each).
 HEADLINE_DIR = "headline"
 
@@ -102,7 +108,8 @@ def headline_record(summary: dict[str, Any], mode: str) -> dict[str, Any]:
 
     - ``headline``: the verdict of the catalog's headline metric at the mode's lowest closed-loop
       point (:func:`lab.report.answer.mode_headline`) with its interval and its scope, the scope
-      in two words: ``"1.15x [1.07, 1.24] faster, 1 launch"`` (``1 launch``: the interval is
+      in two words: ``"1.15x [1.07, 1.24] faster, 1 launch"``, "not distinguishable" said as
+      ``inconclusive`` (:data:`HEADLINE_WORDS`: the column stays narrow) (``1 launch``: the interval is
       within one engine launch per mode; ``3 launches``: across three); for the baseline the
       metric's mean (``"82.1 decode tok/s (reference)"``);
     - ``point``: that point (``"c1"``);
@@ -123,7 +130,8 @@ def headline_record(summary: dict[str, Any], mode: str) -> dict[str, Any]:
         n = re.fullmatch(r"across (\d+) launches", scope)
         scope = "1 launch" if scope == ONE_LAUNCH else (f"{n[1]} launches" if n else scope)
         ci = f" [{h['ci95_lo']:.2f}, {h['ci95_hi']:.2f}]" if h["ci95_lo"] is not None and h["ci95_hi"] is not None else ""
-        out.update(headline=f"{h['ratio']:.2f}x{ci} {h['verdict'] or 'not judged'}, {scope}", point=h["point"],
+        word = HEADLINE_WORDS.get(h["verdict"], h["verdict"]) or "not judged"
+        out.update(headline=f"{h['ratio']:.2f}x{ci} {word}, {scope}", point=h["point"],
                    speedup=round(float(h["ratio"]), 3))
     else:
         m = catalog.headline_metric()

@@ -134,3 +134,22 @@ def test_what_the_answer_states_comes_from_the_catalog(monkeypatch):
                                            "p99_itl_ms": {"mean": 23.04}}}}}
     out = answer_text(comp)
     assert "TTFT p90 ms 1.20x [1.10, 1.30])" in out and "ITL p99 23.0 ms" in out
+
+
+def test_headline_file_fits_its_dvc_column_whatever_the_verdict():
+    """reports/headline/<mode>.json's headline is no wider than the column header `dvc exp show`
+    gives it, for every verdict and up to 9 launches, so README's command fits 120 columns."""
+    from lab.report.tables import headline_record
+
+    header = len("reports/headline/eagle3_decode.json:headline")
+    for verdict in ("faster", "slower", "not distinguishable", None):
+        for launches in (1, 9):
+            sp = {"ratio": 1.2345, "ci95_lo": 0.9876, "ci95_hi": 1.5234, "verdict": verdict,
+                  "scope": "within one launch" if launches == 1 else f"across {launches} launches"}
+            comparison = {"baseline": "baseline", "modes": {"eagle3_decode": {"c1": {
+                "concurrency": 1, "speedup_decode_tok_s": sp}}}}
+            rec = headline_record(comparison, "eagle3_decode")
+            assert len(rec["headline"]) <= header, rec
+            assert rec["headline"].startswith("1.23x [0.99, 1.52] ")
+            if verdict == "not distinguishable":
+                assert " inconclusive, " in rec["headline"]  # the interval includes 1, said short

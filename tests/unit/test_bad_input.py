@@ -22,8 +22,9 @@ from reliability_util import ROOT, params_file
     (lambda r: r["modes"]["eagle3_decode"].update(num_draft_tokens=5),
      ["modes.eagle3_decode", "SGLang silently rewrites", "set num_draft_tokens: 3"]),
     (lambda r: r["emulator"].update(faults=["explode"]), ["emulator.faults", "unknown emulator fault", "Fix"]),
+    (lambda r: r["bench"].update(repeats=0), ["bench.repeats", "(got 0)", "Fix: set bench.repeats >= 1"]),
 ], ids=["unknown key", "wrong type", "zero concurrency", "negative concurrency", "EAGLE-3 without draft",
-        "topk 1 with num_draft_tokens != num_steps+1", "unknown fault"])
+        "topk 1 with num_draft_tokens != num_steps+1", "unknown fault", "right type, out of range"])
 def test_bad_params(tmp_path, mutate, words):
     with pytest.raises(ParamsError) as err:
         load_params(params_file(tmp_path, mutate))
