@@ -1,7 +1,8 @@
 """``lab log`` on a run that MLflow holds in full (lab/tracking/relog.py): a finished run is
 never rewritten; only a recorded artifact the store lacks (the executed notebook, when the
 store failed just after the kernel ended the run) is added. A store without the run gets a
-new one with the same content. (Unit tier: SQLite stores in a temp dir, no process.)"""
+new one with the same content. (Component tier: MLflow SQLite stores in a temp dir, no process, but
+seconds of MLflow schema set-up each.)"""
 
 from __future__ import annotations
 
