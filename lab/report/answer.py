@@ -45,6 +45,7 @@ heavy (``lab summary`` must answer in well under 3 s).
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import math
@@ -53,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import catalog
+from lab.analysis.estimates import Ratio
 from lab.analysis.provenance import ONE_LAUNCH, scope_of
 
 __all__ = ["WIDTH", "ONE_LAUNCH", "answer_speedups", "answer_values", "Answer", "build_answer", "group_warnings", "answer_text",
@@ -81,14 +83,13 @@ def _num(v: Any) -> float | None:
 
 
 def _ratio_text(s: dict[str, Any] | None, verdict: bool) -> str | None:
-    """``"0.75x [0.67, 0.84] slower"`` (``verdict``) or ``"0.74x [0.69, 0.79]"``; None without a ratio."""
-    if not s or _num(s.get("ratio")) is None or not math.isfinite(s["ratio"]):
+    """``"0.75x [0.67, 0.84] slower"`` (``verdict``) or ``"0.74x [0.69, 0.79]"`` (beside the
+    verdict, not a second one): :meth:`lab.analysis.estimates.Ratio.text` without the scope (the
+    line states it once); None without a finite ratio."""
+    r = Ratio.from_dict(s)
+    if r is None or r.ratio is None or not math.isfinite(r.ratio):
         return None
-    lo, hi = _num(s.get("ci95_lo")), _num(s.get("ci95_hi"))
-    ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
-    word = f" {s.get('verdict')}" if verdict and s.get("verdict") else ""
-    why = f" ({s['note']})" if not ci and s.get("note") else ""  # no interval: why (e.g. no spread)
-    return f"{s['ratio']:.2f}x{ci}{word}{why}"
+    return (r if verdict else dataclasses.replace(r, verdict=None)).text(scope=False)
 
 
 def _mean(e: dict[str, Any], key: str) -> float | None:
