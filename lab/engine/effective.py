@@ -11,7 +11,6 @@ arguments that decide the comparison and says plainly when two modes resolved al
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 

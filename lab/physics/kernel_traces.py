@@ -30,7 +30,6 @@ code path: CPU ops only, no kernels, ``device.type = cpu``), else writes a "not 
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os

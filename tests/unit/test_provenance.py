@@ -6,7 +6,6 @@ provenance), on a scratch copy, and on synthetic result dicts."""
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 import pytest
