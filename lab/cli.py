@@ -43,6 +43,8 @@ def relog(results_dir: Path, params_file: str | None = None) -> str:
     :raises FileNotFoundError: no run record there (the message names the fix).
     :raises lab.tracking.runs.TrackingError: MLflow still unreachable, or ``MLFLOW_TRACKING_URI``
         names another store than params.yaml.
+    :raises lab.config.ParamsError: the params file is invalid.
+    :raises ValueError: the record there is not a run record.
     """
     from lab.config import load_params
     from lab.redact import redact_url

@@ -18,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["COLUMNS", "ONE_LAUNCH", "scope_of", "result_provenance", "add_provenance", "tag_rows", "provenance_sentence", "short_label"]
+from lab.analysis.estimates import across_launches
+
+__all__ = ["COLUMNS", "scope_of", "result_provenance", "add_provenance", "tag_rows", "provenance_sentence", "short_label"]
 
 #: The interval's label when the comparison says nothing about launches (issue 22: every repeat of a
 #: mode runs in one engine launch, so launch-to-launch variation is not in the interval).
-ONE_LAUNCH = "within one launch"
 
 #: The provenance columns every CSV row carries, in this order.
 COLUMNS = ("engine", "timing", "weights", "acceptance")
@@ -134,7 +135,7 @@ def provenance_sentence(provenance: Mapping[str, Mapping[str, str]]) -> str:
 def scope_of(s: dict[str, Any] | None, comparison: dict[str, Any], mode: str) -> str:
     """The label of a speedup's interval: the entry's ``scope``; else from its ``launches``, or
     the comparison's ``launches`` (an int, or per mode): ``"across N launches"`` for N > 1;
-    else :data:`ONE_LAUNCH`."""
+    else :data:`lab.analysis.estimates.WITHIN_ONE_LAUNCH` (:func:`lab.analysis.estimates.across_launches`)."""
     if s and isinstance(s.get("scope"), str) and s["scope"]:
         return s["scope"]
     n = (s or {}).get("launches")
@@ -146,4 +147,4 @@ def scope_of(s: dict[str, Any] | None, comparison: dict[str, Any], mode: str) ->
         n = int(n) if n is not None else None
     except (TypeError, ValueError):
         n = None
-    return f"across {n} launches" if n and n > 1 else ONE_LAUNCH
+    return across_launches(n or 1)

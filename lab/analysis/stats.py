@@ -167,6 +167,7 @@ def cluster_log_ratio_ci(clusters: Mapping[Any, Iterable[float]],
     :param clusters: cluster key (a repeat, a launch) -> its log ratios ``log(other / base)``.
     :returns: ``(ratio, lo, hi)`` as :func:`log_ratio_ci`; nan bounds with fewer than 2
         clusters (or no spread between them).
+    :raises ValueError: ``confidence`` outside (0, 1) (from :func:`log_ratio_ci`).
     """
     means = []
     for vals in clusters.values():

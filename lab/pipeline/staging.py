@@ -58,7 +58,10 @@ def check_output_dir(out: Path) -> str | None:
 
 
 def attempt_dir(out: Path) -> Path:
-    """A new, empty ``<out>/partial/<UTC time>[-<n>]/`` for one run of a stage."""
+    """A new, empty ``<out>/partial/<UTC time>[-<n>]/`` for one run of a stage.
+
+    :raises RuntimeError: the 999 names of this second are all taken.
+    :raises OSError: ``out`` cannot be written (the stage's preflight checks it first)."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     base = out / PARTIAL_DIR
     base.mkdir(parents=True, exist_ok=True)

@@ -55,10 +55,10 @@ from typing import Any
 
 from lab import catalog
 from lab.analysis.estimates import Ratio
-from lab.analysis.provenance import ONE_LAUNCH, scope_of
+from lab.analysis.provenance import scope_of
 
-__all__ = ["WIDTH", "ONE_LAUNCH", "answer_speedups", "answer_values", "Answer", "build_answer", "group_warnings", "answer_text",
-           "answer_markdown", "answer_html", "load_answer", "scope_of", "headline_lines", "mode_headline"]
+__all__ = ["WIDTH", "answer_speedups", "answer_values", "Answer", "build_answer", "group_warnings", "answer_text",
+           "answer_markdown", "answer_html", "load_answer", "headline_lines", "mode_headline"]
 
 #: The widest line :func:`answer_text` prints (a terminal of 120 columns).
 WIDTH = 120

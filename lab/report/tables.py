@@ -120,7 +120,7 @@ def headline_record(summary: dict[str, Any], mode: str) -> dict[str, Any]:
     import re
 
     from lab.analysis.provenance import short_label
-    from lab.analysis.provenance import ONE_LAUNCH
+    from lab.analysis.estimates import WITHIN_ONE_LAUNCH
     from lab.report.answer import mode_headline
 
     out: dict[str, Any] = {}
@@ -128,7 +128,7 @@ def headline_record(summary: dict[str, Any], mode: str) -> dict[str, Any]:
     if h is not None:
         scope = h["scope"]
         n = re.fullmatch(r"across (\d+) launches", scope)
-        scope = "1 launch" if scope == ONE_LAUNCH else (f"{n[1]} launches" if n else scope)
+        scope = "1 launch" if scope == WITHIN_ONE_LAUNCH else (f"{n[1]} launches" if n else scope)
         ci = f" [{h['ci95_lo']:.2f}, {h['ci95_hi']:.2f}]" if h["ci95_lo"] is not None and h["ci95_hi"] is not None else ""
         word = HEADLINE_WORDS.get(h["verdict"], h["verdict"]) or "not judged"
         out.update(headline=f"{h['ratio']:.2f}x{ci} {word}, {scope}", point=h["point"],

@@ -54,6 +54,7 @@ def relog(tracker: Tracker, directory: str | os.PathLike[str], log=print) -> tup
         artifacts it added), ``"completed"``, ``"created"``.
     :raises FileNotFoundError: no run record in ``directory`` (the message names the fix).
     :raises TrackingError: the store is still unreachable or rejected a call.
+    :raises ValueError: the record is not a run record (:func:`lab.tracking.runs.load_record`).
     """
     base = Path(directory)
     rec = load_record(base / RECORD_FILE)

@@ -29,8 +29,7 @@ from typing import Any, Mapping
 
 from lab.config import LabParams, repo_root
 from lab.redact import redact_url
-from lab.tracking.grouping import (INVOCATION_ENV, PARENT_RUN_ENV, fleet_parent, invocation, known_parent,
-                                   pipeline_key, remember_parent)
+from lab.tracking.grouping import fleet_parent, invocation, known_parent, pipeline_key, remember_parent
 from lab.tracking.runs import (RunHandle, TrackingError, artifact_location, git_commit, new_record, run_tags,
                                stage_started_ms)
 
@@ -292,5 +291,3 @@ class Tracker:
         exp_id = self.experiment_id(create=False)
         return self.client.search_runs([exp_id], filter_string=filter_string, **kwargs) if exp_id else []
 
-
-__all__ += ["INVOCATION_ENV", "PARENT_RUN_ENV"]
