@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 from lab.analysis import stats
 
-__all__ = ["Estimate", "Ratio", "verdict_column", "WITHIN_ONE_LAUNCH", "across_launches", "borrowed_from"]
+__all__ = ["finite_or_none", "Estimate", "Ratio", "verdict_column", "WITHIN_ONE_LAUNCH", "across_launches", "borrowed_from"]
 
 #: The scope of an interval over the repeats of one engine launch per mode: it carries no
 #: launch-to-launch variation (clocks, memory layout, graph capture, NCCL rings).
@@ -54,7 +54,8 @@ def _num(x: Any) -> float | None:
     return None if v != v else v
 
 
-def _finite(x: float | None) -> float | None:
+def finite_or_none(x: float | None) -> float | None:
+    """``x`` when it is a finite number, else None (NaN or inf: an undefined bound)."""
     return x if x is not None and math.isfinite(x) else None
 
 
@@ -157,7 +158,7 @@ class Ratio:
         note = None
         if math.isfinite(r) and not math.isfinite(lo) and min(len(stats.finite(base)), len(stats.finite(other))) >= 2:
             note = f"the same value in every {unit} of both modes: no spread, no interval"
-        return cls(_finite(r), _finite(lo), _finite(hi), stats.verdict(r, lo, hi, higher_is_better=higher_is_better),
+        return cls(finite_or_none(r), finite_or_none(lo), finite_or_none(hi), stats.verdict(r, lo, hi, higher_is_better=higher_is_better),
                    scope=scope, note=note)
 
     def to_dict(self) -> dict[str, Any]:
@@ -176,8 +177,8 @@ class Ratio:
     def flat(self, prefix: str) -> dict[str, float]:
         """MLflow / summary.json numbers: ``<prefix>``, ``<prefix>_ci95_lo``, ``<prefix>_ci95_hi``,
         the finite ones only."""
-        out = {prefix: _finite(self.ratio), f"{prefix}_ci95_lo": _finite(self.ci95_lo),
-               f"{prefix}_ci95_hi": _finite(self.ci95_hi)}
+        out = {prefix: finite_or_none(self.ratio), f"{prefix}_ci95_lo": finite_or_none(self.ci95_lo),
+               f"{prefix}_ci95_hi": finite_or_none(self.ci95_hi)}
         return {k: v for k, v in out.items() if v is not None}
 
     @classmethod
@@ -203,5 +204,5 @@ class Ratio:
         the scope when asked for and known); None without a ratio."""
         if self.ratio is None or math.isnan(self.ratio):
             return None
-        return stats.format_speedup(self.ratio, _finite(self.ci95_lo), _finite(self.ci95_hi), self.verdict,
+        return stats.format_speedup(self.ratio, finite_or_none(self.ci95_lo), finite_or_none(self.ci95_hi), self.verdict,
                                     scope=self.scope if scope else None, note=self.note)

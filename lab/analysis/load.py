@@ -30,7 +30,7 @@ from typing import Any
 
 
 from lab.analysis import stats
-from lab.analysis.estimates import Ratio, across_launches
+from lab.analysis.estimates import Ratio, across_launches, finite_or_none
 from lab.catalog import speedup_key
 
 __all__ = ["load_settings", "pareto_front", "goodput_speedup", "goodput_speedup_launches", "beats_up_to",
@@ -92,7 +92,7 @@ def goodput_speedup_launches(base: Sequence[Sequence[float]], other: Sequence[Se
         if paired and same and all(v is not None and v > 0 for v in flat):
             clusters = {k: [math.log(o / b) for b, o in zip(bs, os_)] for k, (bs, os_) in enumerate(zip(base, other))}
             r, lo, hi = stats.cluster_log_ratio_ci(clusters)
-            out = {"ratio": r, "ci95_lo": _fin(lo), "ci95_hi": _fin(hi), "verdict": stats.verdict(r, lo, hi),
+            out = {"ratio": r, "ci95_lo": finite_or_none(lo), "ci95_hi": finite_or_none(hi), "verdict": stats.verdict(r, lo, hi),
                    "paired": True}
         else:
             out = goodput_speedup(launch_means(base), launch_means(other))
@@ -100,10 +100,6 @@ def goodput_speedup_launches(base: Sequence[Sequence[float]], other: Sequence[Se
                 "unit": "launch"}
     out = goodput_speedup([v for g in base for v in g], [v for g in other for v in g], paired=paired)
     return {**out, "scope": across_launches(1), "unit": "repeat"}
-
-
-def _fin(v: float | None) -> float | None:
-    return v if v is not None and math.isfinite(v) else None
 
 
 def _noted(s: dict[str, Any], unit: str) -> dict[str, Any]:
@@ -138,7 +134,7 @@ def goodput_speedup(base: Sequence[float], other: Sequence[float], *, paired: bo
     n = min(len(stats.finite(base)), len(stats.finite(other)))
     if paired and len(base) == len(other) >= 2 and all(v is not None and v > 0 for v in (*base, *other)):
         r, lo, hi = stats.log_ratio_ci([math.log(o / b) for b, o in zip(base, other)])
-        return _noted({"ratio": r, "ci95_lo": _fin(lo), "ci95_hi": _fin(hi), "verdict": stats.verdict(r, lo, hi),
+        return _noted({"ratio": r, "ci95_lo": finite_or_none(lo), "ci95_hi": finite_or_none(hi), "verdict": stats.verdict(r, lo, hi),
                        "paired": True, "_units": n}, "repeat")
     return _noted({**_unpaired(base, other), "paired": False, "_units": n}, "repeat of both modes")
 
@@ -152,7 +148,7 @@ def _unpaired(base: Sequence[float], other: Sequence[float]) -> dict[str, Any]:
         return {"ratio": None, "ci95_lo": None, "ci95_hi": None, "verdict": "not distinguishable"}
     if bm > 0 and om > 0:
         r, lo, hi = stats.ratio_ci(b, o)
-        return {"ratio": r, "ci95_lo": _fin(lo), "ci95_hi": _fin(hi), "verdict": stats.verdict(r, lo, hi)}
+        return {"ratio": r, "ci95_lo": finite_or_none(lo), "ci95_hi": finite_or_none(hi), "verdict": stats.verdict(r, lo, hi)}
     if bm == 0 and om == 0:
         return {"ratio": None, "ci95_lo": None, "ci95_hi": None, "verdict": "not distinguishable"}
     pos, lo_pos = (o, om) if bm == 0 else (b, bm)

@@ -99,10 +99,7 @@ def _missing_artifacts(tracker: Tracker, rec: dict[str, Any], base: Path) -> str
         name = "/".join(x for x in (artifact_path, Path(path).name) if x)
         local = Path(path) if os.path.isabs(path) else base / path
         if name not in held and local.is_file():
-            try:
-                tracker.client.log_artifact(rec["run_id"], str(local), artifact_path)
-            except Exception as exc:
-                raise TrackingError(f"MLflow log artifact failed at {tracker.uri}: {exc}") from exc
+            tracker.attach(rec["run_id"], local, artifact_path)  # TrackingError naming the store
             added.append(name)
     return f"already logged; added its missing artifacts {', '.join(added)}" if added else "already logged"
 
