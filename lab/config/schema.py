@@ -119,6 +119,9 @@ class ModeParams(Strict):
     ``algorithm`` null is plain decoding. With ``EAGLE3``, ``num_steps``, ``eagle_topk`` and
     ``num_draft_tokens`` map to ``--speculative-num-steps`` / ``-eagle-topk`` /
     ``-num-draft-tokens`` and ``attention_mode`` to ``--speculative-attention-mode``.
+    ``attention_backend`` (``--attention-backend``: every role's default), ``prefill_attention_backend``,
+    ``decode_attention_backend`` and ``draft_attention_backend`` (``--speculative-draft-attention-backend``)
+    pick the attention kernels; null leaves SGLang's default.
     """
 
     algorithm: Literal["EAGLE3"] | None = None
@@ -127,6 +130,7 @@ class ModeParams(Strict):
     eagle_topk: int | None = Field(None, ge=1)
     num_draft_tokens: int | None = Field(None, ge=2)
     attention_mode: Literal["prefill", "decode"] | None = None
+    attention_backend: str | None = None
     draft_attention_backend: str | None = None
     prefill_attention_backend: str | None = None
     decode_attention_backend: str | None = None

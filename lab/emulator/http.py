@@ -19,7 +19,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import math
 import re
 import time
 import uuid
@@ -34,6 +33,7 @@ from lab.emulator.faults import Faults
 from lab.emulator.request import Request
 from lab.emulator.metrics import CONTENT_TYPE_LATEST, EmulatorMetrics
 from lab.emulator.profile import CostProfile
+from lab.workload.context import estimate_tokens
 
 __all__ = ["AppState", "build_app", "dispatch_events", "SGLANG_VERSION", "reported_version", "accept_key",
            "prompt_digest", "token_key", "is_greedy"]
@@ -72,9 +72,9 @@ def dispatch_events(events: list[tuple[Request, dict]]) -> None:
             req.sink.put_nowait(ev)
 
 
-def _prompt_tokens_from_text(text: str) -> int:
-    """Prompt length estimate: ``ceil(len(text) / 4)`` characters per token, at least 1."""
-    return max(1, math.ceil(len(text) / 4))
+#: Prompt length of a text prompt: the lab's one rule (``ceil(len / 4)``, at least 1), which
+#: :func:`lab.workload.context.pad_prompt` pads against on this engine.
+_prompt_tokens_from_text = estimate_tokens
 
 
 def _final_meta(st: AppState, req: Request, ev: dict) -> dict[str, Any]:

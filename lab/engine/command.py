@@ -30,6 +30,7 @@ MODE_FLAGS: dict[str, str] = {
     "eagle_topk": "--speculative-eagle-topk",
     "num_draft_tokens": "--speculative-num-draft-tokens",
     "attention_mode": "--speculative-attention-mode",
+    "attention_backend": "--attention-backend",
     "draft_attention_backend": "--speculative-draft-attention-backend",
     "prefill_attention_backend": "--prefill-attention-backend",
     "decode_attention_backend": "--decode-attention-backend",

@@ -28,7 +28,7 @@ from lab.measure import client, hygiene
 from lab.measure.records import measured_window_s, summarize_run
 from lab.measure.crosscheck import LogWindow, add_cross_checks, window_server_timing
 from lab.workload.arrivals import arrival_times, rate_key
-from lab.workload.context import pad_prompt
+from lab.workload.context import TokenCount, estimate_tokens, pad_prompt
 from lab.workload.dataset import output_lengths, workload
 
 if TYPE_CHECKING:
@@ -131,9 +131,12 @@ def check_alive(srv, where: str, out: Path, recs: list[dict[str, Any]] | None = 
 
 
 def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], speculative: bool, out: Path,
-                  req_file: IO[str], result: ModeResult, log=print) -> dict[str, Any]:
+                  req_file: IO[str], result: ModeResult, log=print,
+                  count: TokenCount = estimate_tokens) -> dict[str, Any]:
     """Measure one repeat of one point against the running engine.
 
+    :param count: the served model's prompt-length counter (:func:`lab.engine.tokenizer.token_counter`),
+        which pads prompts to ``point.context_tokens`` exactly.
     :param srv: the running :class:`lab.engine.process.ServerProcess` (``base_url``, liveness).
     :param point: the grid cell; :param rep: repeat index (seeds the workload: ``bench.seed + rep``).
     :param bench: :class:`lab.config.BenchParams`. :param prompts: the dataset's prompts.
@@ -148,7 +151,7 @@ def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], spe
     :raises BenchError: the engine died or refused connections, or no request succeeded.
     """
     b, mode, c = bench, result.mode, point.concurrency
-    texts = [(i, pad_prompt(t, point.context_tokens)) for i, t in workload(prompts, b.num_prompts, b.seed + rep)]
+    texts = [(i, pad_prompt(t, point.context_tokens, count)) for i, t in workload(prompts, b.num_prompts, b.seed + rep)]
     lengths = output_lengths(len(texts), point.output_tokens, b.output_tokens_spread, b.seed + rep)
     prom0 = client.fetch_text(srv.base_url + "/metrics")
     info0 = client.fetch_json(srv.base_url + "/server_info")

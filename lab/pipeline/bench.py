@@ -46,6 +46,7 @@ from lab.tracking.record import log_engine, record
 from lab.tracking.runs import TrackingError, run_tags
 from lab.tracking.tracker import Tracker
 from lab.workload.sources import dataset_params, emulator_prompt_file, load_bench_prompts
+from lab.engine.tokenizer import token_counter
 
 __all__ = ["run_mode", "launch_setup"]
 
@@ -85,16 +86,17 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
         # every params.yaml leaf of this mode, and which content the dataset had (HF fingerprint)
         run.log_params({**mode_run_params(params, mode_name), **dataset_params(dataset_info)})
         prepare(params, cmd, out, res, log)
+        count = token_counter(params, mode_name)  # bench.context_tokens in the served model's tokens, before launch
         with engine(params, cmd, out, res, log) as srv:
             log_engine(run, res)
-            warm_up(srv, params.bench, prompts, out, res, log)
+            warm_up(srv, params.bench, prompts, out, res, log, count)
             res.load = load_settings(params.bench)  # the SLO the compare stage judges goodput by
             with open(out / "requests.jsonl", "a") as req_file:
                 for point in measurement_points(params.bench):
                     for rep in range(params.bench.repeats):
                         res.runs.append(measure_point(
                             srv, point, rep, bench=params.bench, prompts=prompts, out=out, req_file=req_file,
-                            speculative=params.mode(mode_name).is_speculative, result=res, log=log))
+                            speculative=params.mode(mode_name).is_speculative, result=res, log=log, count=count))
             capture_trace(srv, params.bench, prompts, out, res, log, modelled=engine_for(params).modelled)
         _aggregate(params, tracker, res, truth_path, log)
     except BaseException as exc:

@@ -8,13 +8,17 @@ For each mode of a params file, one launch through the lab's own engine path
   ready, before any request of the lab's;
 - ``generate.stream.txt``: the raw ``text/event-stream`` bytes of one streamed ``/generate``;
 - ``generate.json``: one non-streamed ``/generate`` response (its ``meta_info``);
-- ``requests.jsonl``: ``requests`` streamed requests at each of ``concurrency`` through the
-  lab's client (:func:`lab.measure.client.run_requests_sync`), the first pass at each level a
-  warm-up whose records are kept and marked ``warmup: true``;
+- ``requests.jsonl``: ``requests`` streamed requests at each of ``concurrency`` and each of
+  ``context_tokens`` through the lab's client (:func:`lab.measure.client.run_requests_sync`),
+  prompts padded to the context length with the served model's tokenizer
+  (:func:`lab.workload.context.pad_prompt`, :func:`lab.engine.tokenizer.token_counter`; each
+  record keeps ``context_tokens`` and the lab's own ``counted_prompt_tokens`` beside the server's
+  ``prompt_tokens``), the first pass at each (concurrency, context) shape a warm-up whose records
+  are kept and marked ``warmup: true`` (so a first-use kernel compile lands there);
 - ``server_info.after.json`` / ``metrics.after.txt``, ``server.log`` (the engine's own log),
   ``launch.json`` (argv and environment, secrets redacted; startup phases; seconds);
-- ``window.json``: the lab's server-side readout of the measured window
-  (:func:`lab.measure.crosscheck.window_server_timing`) and client summary
+- ``window.json``: per measured window (``c<N>``, or ``c<N>_ctx<T>`` off context 0) the lab's
+  server-side readout (:func:`lab.measure.crosscheck.window_server_timing`) and client summary
   (:func:`lab.measure.records.summarize_run`): what a bench stage would compute.
 
 It needs no MLflow, DVC or papermill, so it runs on a node where only the engine's packages are
@@ -43,8 +47,10 @@ from lab.measure import client
 from lab.measure.crosscheck import LogWindow, window_server_timing
 from lab.measure.records import measured_window_s, summarize_run
 from lab.redact import redact_argv, redact_env
+from lab.workload.context import pad_prompt
 from lab.workload.dataset import workload
 from lab.workload.sources import load_bench_prompts
+from lab.engine.tokenizer import token_counter
 
 __all__ = ["capture_mode", "main"]
 
@@ -67,9 +73,16 @@ def _generate_json(base_url: str, text: str, max_new_tokens: int, timeout_s: flo
         return json.loads(resp.read())
 
 
+def window_key(concurrency: int, context_tokens: int) -> str:
+    """``window.json`` key of one measured window: ``c<N>`` at context 0, else ``c<N>_ctx<T>``."""
+    return f"c{concurrency}" if not context_tokens else f"c{concurrency}_ctx{context_tokens}"
+
+
 def capture_mode(params, mode: str, out: Path, *, requests: int = 8, concurrency: tuple[int, ...] = (1,),
-                 log=print) -> dict[str, Any]:
+                 context_tokens: tuple[int, ...] = (0,), log=print) -> dict[str, Any]:
     """Launch ``mode``, record its surfaces into ``out`` (see the module docstring), stop it.
+
+    :param context_tokens: prompt lengths in tokens of the served model (0: the prompts as they are).
 
     :returns: the ``launch.json`` content plus ``window`` (per-level readout).
     :raises ServerError: the engine did not become ready (its log is in ``out``).
@@ -99,20 +112,25 @@ def capture_mode(params, mode: str, out: Path, *, requests: int = 8, concurrency
         (out / "generate.json").write_text(json.dumps(_generate_json(base, text, b.max_new_tokens,
                                                                      b.request_timeout_s), indent=1) + "\n")
         windows = {}
+        count = token_counter(params, mode)
         with open(out / "requests.jsonl", "w") as req_file:
-            for c in concurrency:
+            for c, ctx in ((c, ctx) for c in concurrency for ctx in context_tokens):
                 for phase in ("warmup", "measured"):
-                    texts = workload(prompts, requests, b.seed + (0 if phase == "measured" else 10_000) + c)
+                    texts = [(i, pad_prompt(t, ctx, count)) for i, t in
+                             workload(prompts, requests, b.seed + (0 if phase == "measured" else 10_000) + c)]
+                    counted = {i: count(t) for i, t in texts}
                     p_before = client.fetch_text(base + "/metrics")
                     i_before = client.fetch_json(base + "/server_info")
                     lw = LogWindow(out / "server.log")
                     with GpuSampler(0.5) as gpu:
                         recs = client.run_requests_sync(base, texts, concurrency=c, max_new_tokens=b.max_new_tokens,
                                                         temperature=b.temperature, timeout_s=b.request_timeout_s,
-                                                        rid_prefix=f"{mode}-c{c}-{phase}", progress_desc=None,
-                                                        mode=mode, repeat=0)
+                                                        rid_prefix=f"{mode}-{window_key(c, ctx)}-{phase}",
+                                                        progress_desc=None, mode=mode, repeat=0)
                     for r in recs:
-                        req_file.write(json.dumps({**r, "concurrency": c, "warmup": phase == "warmup"}) + "\n")
+                        req_file.write(json.dumps({**r, "concurrency": c, "context_tokens": ctx,
+                                                   "counted_prompt_tokens": counted.get(r.get("prompt_index")),
+                                                   "warmup": phase == "warmup"}) + "\n")
                     if phase == "measured":
                         server = window_server_timing(p_before, client.fetch_text(base + "/metrics"), i_before,
                                                       client.fetch_json(base + "/server_info"), lw.read(),
@@ -120,8 +138,9 @@ def capture_mode(params, mode: str, out: Path, *, requests: int = 8, concurrency
                         summ = summarize_run(recs, wall_s=measured_window_s(recs) or 0.0, server=server)
                         summ["gpu_telemetry"] = tel = gpu.summary()
                         summ["energy_mj_per_output_token"] = energy_per_token_mj(tel, summ.get("completion_tokens_total") or 0)
-                        windows[f"c{c}"] = summ
-                        log(f"[capture] {mode} c{c}: decode {summ.get('decode_tok_s')} tok/s, verify "
+                        summ["context_tokens"] = ctx
+                        windows[window_key(c, ctx)] = summ
+                        log(f"[capture] {mode} {window_key(c, ctx)}: decode {summ.get('decode_tok_s')} tok/s, verify "
                             f"{summ.get('verify_ms')} ms, draft {summ.get('draft_ms')} ms, decode step "
                             f"{summ.get('decode_ms')} ms, accept {summ.get('accept_length')}")
         (out / "window.json").write_text(json.dumps(windows, indent=1, default=str) + "\n")
@@ -145,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", action="append", default=None, help="capture this mode (repeatable; default all)")
     ap.add_argument("--requests", type=int, default=8, help="streamed requests per level and phase")
     ap.add_argument("--concurrency", type=int, action="append", default=None, help="levels (default: 1)")
+    ap.add_argument("--context-tokens", type=int, action="append", default=None,
+                    help="prompt lengths in the served model's tokens (repeatable; default: 0, the prompts as they are)")
     ap.add_argument("--deadline-s", type=float, default=None, help="skip modes that would start after this")
     ap.add_argument("--launch-budget-s", type=float, default=90.0, help="time one mode needs, to judge the deadline")
     a = ap.parse_args(argv)
@@ -167,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         if d.exists():
             shutil.rmtree(d)
         try:
-            res = capture_mode(params, mode, d, requests=a.requests, concurrency=tuple(a.concurrency or [1]))
+            res = capture_mode(params, mode, d, requests=a.requests, concurrency=tuple(a.concurrency or [1]),
+                               context_tokens=tuple(a.context_tokens or [0]))
             print(f"[capture] {mode}: ready in {res.get('startup_s', 0):.1f} s, {res['seconds']} s in all -> {d}")
         except (ServerError, OSError, ValueError) as exc:
             rc = 1

@@ -114,10 +114,12 @@ def engine(params: LabParams, cmd: ServerCommand, out: Path, result: ModeResult,
 
 
 def warm_up(srv: ServerProcess, bench: BenchParams, prompts: list[str], out: Path, result: ModeResult,
-            log=print) -> None:
+            log=print, count=None) -> None:
     """Warm-up requests until the decode speed is stable (``bench.warmup_*``;
     :func:`lab.measure.hygiene.warmup_until_stable`) into ``result.warmup``; nothing when
-    ``bench.warmup_requests`` is 0. :raises BenchError: the engine died meanwhile."""
+    ``bench.warmup_requests`` is 0; ``count`` is the served model's prompt-length counter
+    (:func:`lab.engine.tokenizer.token_counter`; None: the emulator's rule) that pads each
+    point's warm-up to its context length. :raises BenchError: the engine died meanwhile."""
     b, mode = bench, result.mode
     if not b.warmup_requests:
         return
@@ -129,11 +131,11 @@ def warm_up(srv: ServerProcess, bench: BenchParams, prompts: list[str], out: Pat
             rid_prefix=f"{mode}-warmup{i}", progress_desc=None, mode=mode),
         batch=b.warmup_requests, cv_threshold=b.warmup_cv_threshold, window=b.warmup_window,
         max_requests=max(b.warmup_max_requests, b.warmup_requests), log=log)
-    result.warmup["points"] = warm_up_points(srv, b, prompts, mode, log)
+    result.warmup["points"] = warm_up_points(srv, b, prompts, mode, log, count)
     check_alive(srv, f"{mode} warm-up", out)
 
 
-def warm_up_points(srv: ServerProcess, bench, prompts: list, mode: str, log=print) -> list[dict]:
+def warm_up_points(srv: ServerProcess, bench, prompts: list, mode: str, log=print, count=None) -> list[dict]:
     """One pass of every measured point before any is measured, with other prompts: its
     concurrency (one full batch), context and output length, or its arrival schedule. SGLang
     compiles some kernels on first use (tvm-ffi, Triton), once per new shape; the ICL-stable
@@ -146,14 +148,14 @@ def warm_up_points(srv: ServerProcess, bench, prompts: list, mode: str, log=prin
     """
     from lab.measure.point import measurement_points
     from lab.workload.arrivals import arrival_times
-    from lab.workload.context import pad_prompt
+    from lab.workload.context import estimate_tokens, pad_prompt
     from lab.workload.dataset import output_lengths
 
     rows = []
     for i, point in enumerate(measurement_points(bench)):
         n = max(point.concurrency, 2) if point.request_rate is None else bench.num_prompts
         seed = bench.seed + 30_000 + i
-        texts = [(j, pad_prompt(t, point.context_tokens)) for j, t in workload(prompts, n, seed)]
+        texts = [(j, pad_prompt(t, point.context_tokens, count or estimate_tokens)) for j, t in workload(prompts, n, seed)]
         recs = client.run_requests_sync(
             srv.base_url, texts, concurrency=point.concurrency,
             max_new_tokens=output_lengths(len(texts), point.output_tokens, bench.output_tokens_spread, seed),

@@ -1,28 +1,50 @@
-"""Long-context prompts: pad a chat prompt with a real document to about N tokens.
+"""Long-context prompts: pad a chat prompt with a real document to exactly N tokens of the served model.
 
 Prefill- vs decode-mode verify matters most at long context (the verify's attention runs
 over the whole KV cache), so the bench sweeps prompt length inside one server launch
 (``bench.context_tokens``). A padded prompt is the chat prompt with a real document placed
-in the user turn before the question: "Read this document, then answer." The document is
-the Python Language Reference's topic texts shipped with every CPython
-(``pydoc_data.topics``, ~465k characters of English technical prose), repeated if needed.
+in the user turn before the question: "Read this document, then answer."
 
-Token counts are estimated at 4 characters per token (:data:`CHARS_PER_TOKEN`), the same
-estimate the emulator uses to count prompt tokens; with a real tokenizer the sizes are
-approximate and the emulator-side count is what the engine reports.
+The document is the Python Language Reference's topic texts shipped with every CPython
+(``pydoc_data.topics``, ~465k characters of English technical prose, sorted by topic name),
+so it ships with the interpreter the lab runs on and needs no download. Each prompt starts
+its slice of the document at its own offset (from a CRC-32 of the prompt text), so two
+prompts do not share a padding prefix that SGLang's radix cache could serve: like distinct
+users' chat histories, every request prefills its own context.
+
+Lengths are counted with the served model's own tokenizer (:mod:`lab.engine.tokenizer`: the
+Hugging Face tokenizer SGLang loads for ``--model-path``; for the emulator its own prompt-length
+rule, :func:`estimate_tokens`), and :func:`pad_prompt` searches the document length so the
+whole prompt is the longest one that fits in ``context_tokens`` tokens: exact to a few tokens
+(a BPE merge across the join can move the count by one or two).
 """
 
 from __future__ import annotations
 
 import functools
+import math
+import zlib
+from typing import Callable
 
 from lab.workload.dataset import KIMI_HEADERS
 
-__all__ = ["CHARS_PER_TOKEN", "document_text", "pad_prompt", "USER_HEADER"]
+__all__ = ["CHARS_PER_TOKEN", "TokenCount", "document_text", "estimate_tokens", "pad_prompt", "USER_HEADER",
+           "PAD_LEAD", "PAD_TAIL"]
 
 CHARS_PER_TOKEN = 4
 #: The user turn's header in a rendered prompt (:data:`lab.workload.dataset.KIMI_HEADERS`).
 USER_HEADER = KIMI_HEADERS["user"]
+PAD_LEAD = "Read the following document, then answer the request after it.\n\n"
+PAD_TAIL = "\n\n---\n\n"
+
+#: A prompt-length counter: text -> tokens the engine will count for it.
+TokenCount = Callable[[str], int]
+
+
+def estimate_tokens(text: str) -> int:
+    """The emulator's prompt length: ``ceil(len(text) / 4)`` characters per token, at least 1
+    (:data:`CHARS_PER_TOKEN`; ``lab/emulator/http.py`` counts text prompts with this function)."""
+    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
 
 
 @functools.lru_cache(maxsize=1)
@@ -33,27 +55,43 @@ def document_text() -> str:
     return "\n\n".join(topics[k].strip() for k in sorted(topics))
 
 
-def pad_prompt(text: str, context_tokens: int) -> str:
-    """``text`` with a document inserted so that the whole prompt is about ``context_tokens`` tokens.
-
-    :param text: a rendered chat prompt (the document goes right after the first user
-        header :data:`USER_HEADER`, else in front of the text).
-    :param context_tokens: target prompt length in tokens (estimated at 4 chars/token);
-        0, or a target shorter than the prompt, returns ``text`` unchanged.
-    :returns: the padded prompt.
-    :raises ValueError: negative ``context_tokens``.
-    """
-    if context_tokens < 0:
-        raise ValueError(f"context_tokens={context_tokens} is negative. Fix: use 0 (no padding) or more")
-    lead, tail = "Read the following document, then answer the request after it.\n\n", "\n\n---\n\n"
-    room = context_tokens * CHARS_PER_TOKEN - len(text) - len(lead) - len(tail)
-    if context_tokens == 0 or room <= 0:
-        return text
+def _padded(text: str, room: int) -> str:
     doc = document_text()
-    doc = (doc * (room // len(doc) + 1))[:room]
-    insert = lead + doc + tail
+    start = zlib.crc32(text.encode("utf-8")) % len(doc)
+    rotated = doc[start:] + "\n\n" + doc[:start]
+    body = (rotated * (room // len(rotated) + 1))[:room]
+    insert = PAD_LEAD + body + PAD_TAIL
     i = text.find(USER_HEADER)
     if i < 0:
         return insert + text
     j = i + len(USER_HEADER)
     return text[:j] + insert + text[j:]
+
+
+def pad_prompt(text: str, context_tokens: int, count: TokenCount = estimate_tokens) -> str:
+    """``text`` with a document slice inserted so that the whole prompt is ``context_tokens`` tokens.
+
+    :param text: a rendered chat prompt (the document goes right after the first user
+        header :data:`USER_HEADER`, else in front of the text).
+    :param context_tokens: target prompt length in tokens of ``count``; 0, or a target the
+        prompt already reaches, returns ``text`` unchanged.
+    :param count: the served model's token counter (:func:`lab.engine.tokenizer.token_counter`);
+        the emulator's :func:`estimate_tokens` by default.
+    :returns: the longest padded prompt with ``count(prompt) <= context_tokens`` (a binary search
+        over the document's length in characters: about 15 calls of ``count``).
+    :raises ValueError: negative ``context_tokens``.
+    """
+    if context_tokens < 0:
+        raise ValueError(f"context_tokens={context_tokens} is negative. Fix: use 0 (no padding) or more")
+    if context_tokens == 0 or count(_padded(text, 0)) >= context_tokens:
+        return text
+    lo, hi = 0, max(64, context_tokens * CHARS_PER_TOKEN)
+    while count(_padded(text, hi)) <= context_tokens:  # a tokenizer denser than 4 chars/token
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:  # invariant: count(lo) <= target < count(hi)
+        mid = (lo + hi) // 2
+        if count(_padded(text, mid)) <= context_tokens:
+            lo = mid
+        else:
+            hi = mid
+    return _padded(text, lo)

@@ -77,17 +77,21 @@ def test_no_unexplained_stall_in_any_real_captures_measured_window():
     baseline_eager's first launch of its session, 145 s to ready with JIT builds): its measured
     requests at each level show no iteration gap that a joining prefill does not explain, so no
     first-use compile landed in a measured window. Teeth: a pause of five median ICLs pasted into
-    one measured request of each capture is found."""
+    one measured request of each capture is found. The context captures (``kshard-context/``: two
+    backends, flashinfer compiling its kernels on first use) are checked per (concurrency, context
+    length) shape, each of which had its own warm-up pass."""
     folders = sorted(p.parent for p in CAPTURES.glob("*/*/window.json"))
-    assert len(folders) == 9, folders  # tiny: 3 graph + 3 eager modes; kshard: 3 eager modes
+    # tiny: 3 graph + 3 eager modes; kshard: 3 eager modes; kshard-context: 3 modes x 2 backends
+    assert len(folders) == 15, folders
     for folder in folders:
         recs = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]
-        for c in sorted({r["concurrency"] for r in recs}):
-            measured = [r for r in recs if r["concurrency"] == c and not r["warmup"]]
-            assert len(measured) == 8, (folder, c)
+        for c, ctx in sorted({(r["concurrency"], r.get("context_tokens", 0)) for r in recs}):
+            measured = [r for r in recs if r["concurrency"] == c and r.get("context_tokens", 0) == ctx
+                        and not r["warmup"]]
+            assert len(measured) in (7, 8), (folder, c, ctx)
             found = hygiene.stall_check(measured)
-            assert found["stalls"] == [], (folder.name, c, found["stalls"])
-        one = [r for r in recs if r["concurrency"] == 1 and not r["warmup"]]
+            assert found["stalls"] == [], (folder.name, c, ctx, found["stalls"])
+        one = [r for r in recs if r["concurrency"] == 1 and not r.get("context_tokens") and not r["warmup"]]
         med = hygiene.stall_check(one)["median_icl_ms"]
         pause = 5 * med / 1e3 + 0.1
         hit = {**one[3], "chunks": [[t + (pause if i >= 20 else 0.0), n] for i, (t, n) in enumerate(one[3]["chunks"])]}
