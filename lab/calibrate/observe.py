@@ -15,6 +15,11 @@ them, from either engine (``engine: emulator`` or ``engine: sglang``):
   ``completion_tokens``, ``meta_info`` (``spec_verify_ct``, ``cached_tokens``,
   ``spec_correct_drafts_histogram``) and streamed chunks.
 
+A ``lab capture`` folder (:mod:`lab.pipeline.capture`: ``window.json``, ``launch.json``,
+``server_info.after.json``, ``server.log``, ``requests.jsonl``; no ``result.json``) is read the
+same way through :func:`capture_as_result`: its measured windows are the runs, one repeat each,
+keyed ``c<N>`` / ``c<N>_ctx<T>`` as in ``window.json``, warm-up records left out.
+
 The emulator's ``ground_truth.jsonl`` is never read: a calibration sees only what a real
 SGLang server would have given it. Nothing here fits anything; :mod:`lab.calibrate.fit` does.
 
@@ -432,6 +437,37 @@ def _load_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def capture_as_result(d: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """A ``lab capture`` folder as ``(result, runs, records)`` in the shapes a bench stage writes.
+
+    ``result``: ``status`` ok, ``engine`` from ``launch.json``, ``engine_version`` and
+    ``effective_config`` from ``server_info.after.json`` and ``server.log``
+    (:func:`lab.engine.effective.effective_config`), ``server_command`` (the environment the
+    launch set, e.g. ``SGLANG_SIMULATE_ACC_LEN``); ``runs``: each ``window.json`` entry with its key
+    as ``point`` and ``repeat`` 0; ``records``: the measured (not warm-up) requests with their
+    window's key as ``point``.
+
+    :raises CalibrationInputError: a file the capture always writes is missing.
+    """
+    from lab.engine.effective import effective_config
+    from lab.pipeline.capture import window_key
+
+    need = [n for n in ("window.json", "launch.json", "server_info.after.json", "server.log") if not (d / n).is_file()]
+    if need:
+        raise CalibrationInputError(f"{d}: not a complete `lab capture` folder (missing {', '.join(need)}). "
+                                    "Fix: capture it again (lab capture --params ... --out ...)")
+    launch = json.loads((d / "launch.json").read_text())
+    info = json.loads((d / "server_info.after.json").read_text())
+    eff = effective_config(info, (d / "server.log").read_text(errors="replace"))
+    env = " ".join(f"{k}={v}" for k, v in (launch.get("env") or {}).items())
+    result = {"status": "ok", "engine": launch.get("engine") or "sglang", "engine_version": str(info.get("version")),
+              "effective_config": eff, "server_command": env}
+    runs = [{**row, "point": key, "repeat": 0} for key, row in json.loads((d / "window.json").read_text()).items()]
+    recs = [{**r, "point": window_key(int(r.get("concurrency") or 0), int(r.get("context_tokens") or 0)), "repeat": 0}
+            for r in _load_jsonl(d / "requests.jsonl") if not r.get("warmup")]
+    return result, runs, recs
+
+
 def read_results(dirs: list[Path], points: set[str] | None = None) -> Observations:
     """Read every result directory in ``dirs`` (see module docstring); with ``points``, only the
     windows and requests of those point keys (``c1``, ``r4``...: hold points out of a calibration
@@ -451,18 +487,23 @@ def read_results(dirs: list[Path], points: set[str] | None = None) -> Observatio
     for d in dirs:
         d = Path(d)
         res_path, runs_path = d / "result.json", d / "runs.json"
-        if not res_path.is_file() or not runs_path.is_file():
+        captured = not res_path.is_file() and (d / "window.json").is_file()
+        if captured:
+            result, runs, recs = capture_as_result(d)
+        elif not res_path.is_file() or not runs_path.is_file():
             raise CalibrationInputError(f"{d}: no result.json/runs.json. Fix: run `dvc repro bench@{d.name}` "
-                                        "(or pass a directory a bench stage wrote)")
-        result = json.loads(res_path.read_text())
+                                        "(or pass a directory a bench stage wrote, or a `lab capture` folder)")
+        else:
+            result = json.loads(res_path.read_text())
         if result.get("status") != "ok":
             obs.notes.append(f"{d}: skipped (status {result.get('status')!r}: a failed run's numbers are partial)")
             continue
         if d.name in obs.configs:
             raise CalibrationInputError(f"{d}: a second result directory named {d.name!r}. Fix: pass each mode once")
         cfg = measured_config(d.name, d, result)
-        runs = json.loads(runs_path.read_text())
-        recs = _load_jsonl(d / "requests.jsonl")
+        if not captured:
+            runs = json.loads(runs_path.read_text())
+            recs = _load_jsonl(d / "requests.jsonl")
         if points is not None:
             runs = [r for r in runs if str(r.get("point") or f"c{r.get('concurrency')}") in points]
             recs = [r for r in recs if str(r.get("point") or f"c{r.get('concurrency')}") in points]

@@ -16,7 +16,7 @@ from typing import Any
 
 from lab.engine.surfaces import captured_graph_bs, surface_for
 
-__all__ = ["EFFECTIVE_KEYS", "effective_config", "identical_modes", "identical_notice", "captured_graph_bs",
+__all__ = ["EFFECTIVE_KEYS", "draft_attention_backend", "effective_config", "identical_modes", "identical_notice", "captured_graph_bs",
            "MODE_PICKS_BACKEND_ONLY_VERSION"]
 
 # /server_info keys (SGLang ServerArgs field names) that decide a verify-cost comparison.
@@ -138,3 +138,19 @@ def identical_notice(groups: list[list[str]]) -> str | None:
             "server arguments and attention backends, so they run the same code and any "
             "difference between them is noise. To make prefill- and decode-mode verify differ, "
             "set prefill_attention_backend / decode_attention_backend per mode in params.yaml.")
+
+
+def draft_attention_backend(eff: Mapping[str, Any]) -> str | None:
+    """The attention backend SGLang 0.5.16 serves the EAGLE draft with, from an
+    :func:`effective_config`: ``speculative_draft_attention_backend`` when set, else the prefill
+    backend (``prefill_attention_backend`` or ``attention_backend``), else ``flashinfer``
+    (``speculative/draft_worker_common.py`` ``_resolve_draft_attention_backend_fallback``,
+    lines 35-51, and ``build_draft_tp_worker``, which sets it as the draft's ``attention_backend``);
+    a backend outside ``flashinfer, fa3, fa4, triton, ascend`` falls back to ``flashinfer`` there
+    too. None without speculation. /server_info keeps the unresolved null (the draft worker
+    resolves a copy of the server arguments)."""
+    if not eff.get("speculative_algorithm"):
+        return None
+    b = eff.get("speculative_draft_attention_backend") or eff.get("prefill_attention_backend") or eff.get("attention_backend")
+    return b if b in ("flashinfer", "fa3", "fa4", "triton", "ascend") else "flashinfer"
+

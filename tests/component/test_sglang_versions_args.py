@@ -140,7 +140,8 @@ def test_the_argv_that_ran_on_the_h200_is_what_the_lab_builds(sglang_nodeps_0516
     """``launch.json`` of each real capture: its flags equal today's build (paths aside), and
     0.5.16's parser accepts them."""
     presets = {"tiny": _sglang_params("configs/h200/params-tiny.yaml"),
-               "kshard": _sglang_params("configs/h200/params-kshard.yaml")}
+               "kshard": _sglang_params("configs/h200/params-kshard.yaml"),
+               "kshard-context": _sglang_params("configs/h200/params-kshard-context.yaml")}
     ran = {}
     for launch in sorted(FX.glob("*/*/launch.json")):
         d = json.loads(launch.read_text())
@@ -155,7 +156,8 @@ def test_the_argv_that_ran_on_the_h200_is_what_the_lab_builds(sglang_nodeps_0516
         assert norm(flags) == norm(built), (launch, flags, built)
         assert d["env"] == {k: v for k, v in build_server_command(presets[preset], mode).env.items()}, launch
         ran[str(launch.parent.relative_to(FX))] = flags
-    assert len(ran) == 9  # tiny: 3 graph + 3 eager modes; kshard: 3 eager modes
+    # tiny: 3 graph + 3 eager modes; kshard: 3 eager modes; kshard-context: 3 modes x 2 backends
+    assert len(ran) == 15
     res = sglang_parse(sglang_nodeps_0516, list(ran.values()))["results"]
     for name, r in zip(ran, res):
         assert r["ok"], (name, r["error"][-500:])
