@@ -103,6 +103,48 @@ def tables(rows: list[dict]) -> list[str]:
     return out
 
 
+def crossover(rows: list[dict], backend: str, mode: str, c: int) -> dict | None:
+    """Where ``mode`` on ``backend`` at concurrency ``c`` stops being faster along the context axis.
+
+    ``faster_to`` / ``slower_from``: the longest measured context whose speedup interval lies above 1
+    and the shortest after it whose interval lies below 1 (prompt tokens, the server's count);
+    ``estimate``: the context where the break-even accept length, interpolated linearly between those
+    two lengths (verify, draft and decode step are close to linear in context on these captures),
+    equals the accept length measured there (their mean). None when the verdict does not flip."""
+    rs = sorted((r for r in rows if (r["backend"], r["mode"], r["concurrency"]) == (backend, mode, c)),
+                key=lambda r: r["prompt_tokens"])
+    for lo, hi in zip(rs, rs[1:]):
+        if (lo["speedup"].ci95_lo or 0) > 1 and (hi["speedup"].ci95_hi or 2) < 1:
+            al = (lo["accept_length"] + hi["accept_length"]) / 2
+            x0, x1 = lo["prompt_tokens"], hi["prompt_tokens"]
+            b0, b1 = lo["break_even_accept_length"], hi["break_even_accept_length"]
+            return {"faster_to": lo, "slower_from": hi, "accept_length": al,
+                    "estimate": x0 + (al - b0) * (x1 - x0) / (b1 - b0)}
+    return None
+
+
+def crossover_lines(rows: list[dict]) -> list[str]:
+    """One line per (backend, mode, concurrency): where the verdict flips, or that it does not."""
+    out = []
+    for c in sorted({r["concurrency"] for r in rows}):
+        for backend in BACKENDS:
+            for mode in MODES[1:]:
+                x = crossover(rows, backend, mode, c)
+                rs = [r for r in rows if (r["backend"], r["mode"], r["concurrency"]) == (backend, mode, c)]
+                if x is None:
+                    words = sorted({r["speedup"].text(scope=False).split()[-1] for r in rs})
+                    span = f"{min(r['prompt_tokens'] for r in rs):.0f}-{max(r['prompt_tokens'] for r in rs):.0f}"
+                    out.append(f"- c{c} {backend} {mode}: no crossover measured: {'/'.join(words)} at every context "
+                               f"from {span} tokens")
+                    continue
+                lo, hi = x["faster_to"], x["slower_from"]
+                out.append(f"- c{c} {backend} {mode}: faster up to about {x['estimate']:.0f} tokens of context "
+                           f"(measured {lo['speedup'].text(scope=False)} at {lo['prompt_tokens']:.0f}, "
+                           f"{hi['speedup'].text(scope=False)} at {hi['prompt_tokens']:.0f}; interpolated at the "
+                           f"measured accept length {x['accept_length']:.2f})")
+    return out + [""]
+
+
 def figure(rows: list[dict], path: Path) -> None:
     """Verify ms (and the baseline's decode step) and speedup against context length at concurrency 1."""
     import matplotlib
@@ -144,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--figure", type=Path, default=None, help="also draw the figure here (PNG)")
     a = ap.parse_args(argv)
     rows = load()
-    print("\n".join(tables(rows)))
+    print("\n".join(tables(rows) + ["**Where the verdict flips** (`crossover` in this script)", ""]
+                    + crossover_lines(rows)))
     if a.figure:
         figure(rows, a.figure)
     return 0

@@ -5,9 +5,14 @@ over the whole KV cache), so the bench sweeps prompt length inside one server la
 (``bench.context_tokens``). A padded prompt is the chat prompt with a real document placed
 in the user turn before the question: "Read this document, then answer."
 
-The document is the Python Language Reference's topic texts shipped with every CPython
-(``pydoc_data.topics``, ~465k characters of English technical prose, sorted by topic name),
-so it ships with the interpreter the lab runs on and needs no download. Each prompt starts
+The document is the Python Language Reference's topic texts (``pydoc_data.topics`` of
+CPython 3.12.3, 499,608 characters of English technical prose, topics sorted by name, joined by
+blank lines; PSF licence), committed with the project as ``data/context-document.txt``: every
+interpreter and node builds the same prompts (each CPython release ships a different copy of
+those topics, so reading the running interpreter's would change the prompts with the Python
+version; the H200 captures ran on 3.12.3, the copy this file holds, and
+``tests/component/test_real_sglang_0516_context_prompts.py``
+rebuilds their prompts from this file, token for token). Each prompt starts
 its slice of the document at its own offset (from a CRC-32 of the prompt text), so two
 prompts do not share a padding prefix that SGLang's radix cache could serve: like distinct
 users' chat histories, every request prefills its own context.
@@ -26,12 +31,16 @@ import math
 import zlib
 from typing import Callable
 
+from pathlib import Path
+
 from lab.workload.dataset import KIMI_HEADERS
 
 __all__ = ["CHARS_PER_TOKEN", "TokenCount", "document_text", "estimate_tokens", "pad_prompt", "USER_HEADER",
            "PAD_LEAD", "PAD_TAIL"]
 
 CHARS_PER_TOKEN = 4
+#: The padding document, committed with the project (see the module docstring).
+DOCUMENT = Path(__file__).resolve().parents[2] / "data" / "context-document.txt"
 #: The user turn's header in a rendered prompt (:data:`lab.workload.dataset.KIMI_HEADERS`).
 USER_HEADER = KIMI_HEADERS["user"]
 PAD_LEAD = "Read the following document, then answer the request after it.\n\n"
@@ -50,9 +59,7 @@ def estimate_tokens(text: str) -> int:
 @functools.lru_cache(maxsize=1)
 def document_text() -> str:
     """The padding document (Python Language Reference topics, sorted by topic name)."""
-    from pydoc_data.topics import topics
-
-    return "\n\n".join(topics[k].strip() for k in sorted(topics))
+    return DOCUMENT.read_text(encoding="utf-8")
 
 
 def _padded(text: str, room: int) -> str:
