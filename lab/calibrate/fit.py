@@ -255,7 +255,7 @@ def _device_ms(blocks: dict[str, LinearFit], vcols: list[str], t_ref: int, varia
     kv = w.kv_mean_k * b / w.batch_mean if w.batch_mean else w.kv_mean_k
     parts: list[tuple[str, np.ndarray]]
     if not cfg.speculative:
-        parts = [("decode", model.decode_x(b, kv, w.graph_frac))]
+        parts = [("decode", model.decode_x(b, kv, w.graph_frac, blocks["decode"].names))]
     else:
         parts = [("verify", model.verify_x(vcols, b, kv, w.graph_frac, cfg.num_draft_tokens, t_ref, variant)),
                  ("draft", model.draft_x(b, cfg.num_steps))]
@@ -285,14 +285,17 @@ def fit_observations(obs: Observations) -> Calibration:
     variants = {name: model.verify_variant(c.engine_version, c.attention_mode, c.verify_backend)
                 for name, c in obs.configs.items() if c.speculative}
     var_list = sorted(set(variants.values()), key=lambda v: (not v.endswith("decode"), v))
-    vcols = model.verify_columns(var_list)
+    per_seq = model.spans_context([w.kv_mean_k / w.batch_mean for w in obs.windows if w.iters > 0 and w.batch_mean > 0])
+    vcols = model.verify_columns(var_list, per_seq)
+    dcols = model.decode_columns(per_seq)
     t_ref = _t_ref(obs)
     rows: dict[str, list[tuple[np.ndarray, float, str]]] = {b: [] for b in (*model.BLOCKS, "verify")}
     for w in obs.windows:
         cfg = obs.configs[w.config]
         f = w.forward_ms
         if w.iters > 0 and not cfg.speculative and "decode" in f:
-            rows["decode"].append((model.decode_x(w.batch_mean, w.kv_mean_k, w.graph_frac), f["decode"] / w.iters, w.label))
+            rows["decode"].append((model.decode_x(w.batch_mean, w.kv_mean_k, w.graph_frac, dcols), f["decode"] / w.iters,
+                                   w.label))
         if w.iters > 0 and cfg.speculative:
             if "target_verify" in f:
                 rows["verify"].append((model.verify_x(vcols, w.batch_mean, w.kv_mean_k, w.graph_frac, cfg.num_draft_tokens,
@@ -310,7 +313,7 @@ def fit_observations(obs: Observations) -> Calibration:
                                                   w.iters if eager else 0.0,
                                                   w.iters * (w.batch_mean - 1) if eager else 0.0,
                                                   speculative=cfg.speculative), f["extend"], w.label))
-    blocks = {name: _fit_block(name, rows[name], vcols if name == "verify" else model.BLOCKS[name])
+    blocks = {name: _fit_block(name, rows[name], {"verify": vcols, "decode": dcols}.get(name, model.BLOCKS.get(name)))
               for name in ("decode", "verify", "draft", "draft_extend", "extend")}
     ext = blocks["extend"]
     gpu_iter: dict[str, float] = {}  # window label -> device ms per decode iteration (all of the cycle)
@@ -454,6 +457,9 @@ def export_profile(cal: Calibration, name: str, fill_from: Any = None, fill_name
             kv = _undetermined(f"attention mode {mode} never measured", {}, fv(f"verify.modes.{mode}.kv_ms_per_1k_tokens")
                                if f else None, fill_name)
         entry = {"graph_captured": flag, "kv_ms_per_1k_tokens": kv}
+        seq_name = f"verify.kv_seq_ms_per_1k_tokens@{var}" if var else None
+        if seq_name and seq_name in consts:
+            entry["kv_seq_ms_per_1k_tokens"] = _num(cal, seq_name, fill=0.0 if f else None, fill_name=fill_name)
         off_name = f"verify.offset_ms@{var}" if var else None
         if off_name and off_name in consts:
             entry["offset_ms"] = _num(cal, off_name, fill=0.0 if f else None, fill_name=fill_name)
@@ -491,7 +497,10 @@ def export_profile(cal: Calibration, name: str, fill_from: Any = None, fill_name
         "decode": {"graph_ms_bs1": num("decode.graph_ms_bs1", "decode.graph_ms_bs1"),
                    "per_extra_seq_ms": num("decode.per_extra_seq_ms", "decode.per_extra_seq_ms"),
                    "eager_over_graph": eager_ratio,
-                   "kv_ms_per_1k_tokens": num("decode.kv_ms_per_1k_tokens", "decode.kv_ms_per_1k_tokens")},
+                   "kv_ms_per_1k_tokens": num("decode.kv_ms_per_1k_tokens", "decode.kv_ms_per_1k_tokens"),
+                   **({"kv_seq_ms_per_1k_tokens": _num(cal, "decode.kv_seq_ms_per_1k_tokens", fill=0.0 if f else None,
+                                                       fill_name=fill_name)}
+                      if "decode.kv_seq_ms_per_1k_tokens" in consts else {})},
         "verify": {"ref_tokens": cal.t_ref,
                    "graph_ms_ref": num("verify.graph_ms_ref", "verify.graph_ms_ref"),
                    "eager_ms_ref": num("verify.eager_ms_ref", "verify.eager_ms_ref"),

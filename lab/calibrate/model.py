@@ -14,12 +14,14 @@ block            y (ms)                                            columns (regr
                  (no speculation)                                    ``decode.per_extra_seq_ms`` (g (b-1)),
                                                                      ``decode.eager_ms_bs1`` (1-g),
                                                                      ``decode.eager_per_extra_seq_ms`` ((1-g)(b-1)),
-                                                                     ``decode.kv_ms_per_1k_tokens`` (kv)
+                                                                     ``decode.kv_ms_per_1k_tokens`` (kv),
+                                                                     ``decode.kv_seq_ms_per_1k_tokens`` (kv / b; with context)
 ``verify``       ``target_verify`` per decode iteration              ``verify.graph_ms_ref`` (g),
                                                                      ``verify.eager_ms_ref`` (1-g),
                                                                      ``verify.per_extra_token_ms`` (t - t_ref),
                                                                      ``verify.per_extra_seq_ms`` (b-1),
                                                                      ``verify.kv_ms_per_1k_tokens@V`` (kv, variant V),
+                                                                     ``verify.kv_seq_ms_per_1k_tokens@V`` (kv / b; with context),
                                                                      ``verify.offset_ms@V`` (1, variant V but the first)
 ``draft``        ``eagle_draft`` per decode iteration                ``draft.eagle_draft_ms_per_step`` (s),
                                                                      ``draft.eagle_draft_per_extra_seq_ms`` (s (b-1))
@@ -38,6 +40,14 @@ block            y (ms)                                            columns (regr
                  iterations' overhead, per prefill
 ===============  =================================================  ==========================
 
+The per-sequence context columns (``kv / b``: the mean sequence's KV, thousands of tokens) enter
+only when the measured windows span context lengths (:func:`spans_context`: the mean sequence's
+KV differs by more than :data:`CONTEXT_SPAN` x between windows and reaches 1,000 tokens); with the
+short prompts alone the two KV regressors are nearly collinear and the fit keeps the batch one.
+Why both: on real SGLang 0.5.16 the triton backend's verify at 6144 tokens cost about the same
+at concurrency 1 and 4 (``docs/benchmarks/h200-sglang-0.5.16-context.md``), a cost that follows
+one sequence's context, not the batch's total.
+
 ``g``: share of the iterations that replayed a CUDA graph; ``b``: sequences in the batch; ``kv``:
 KV tokens of the batch / 1000; ``t``: tokens verified per sequence (``num_draft_tokens``);
 ``t_ref``: the reference token count of the fit; ``s``: draft steps (``num_steps``).
@@ -52,7 +62,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BLOCKS", "MODE_PICKS_BACKEND_ONLY_VERSIONS", "verify_variant", "verify_columns", "decode_x",
+__all__ = ["BLOCKS", "CONTEXT_SPAN", "MODE_PICKS_BACKEND_ONLY_VERSIONS", "spans_context", "decode_columns",
+           "verify_variant", "verify_columns", "decode_x",
            "verify_x", "verify_needs", "draft_x", "draft_extend_x", "extend_x", "overhead_x", "prefill_wall_x"]
 
 #: SGLang builds in which the attention mode only selects the verify attention backend (DESIGN.md).
@@ -68,6 +79,9 @@ BLOCKS: dict[str, list[str]] = {
     "overhead": ["scheduler_overhead_ms", "scheduler_overhead_per_extra_seq_ms", "spec_overhead_ms"],
     "prefill_wall": ["prefill_extra_ms"],
 }
+#: How much the mean sequence's KV must vary between windows for the per-sequence columns (ratio).
+CONTEXT_SPAN = 4.0
+_DECODE_SEQ = "decode.kv_seq_ms_per_1k_tokens"
 _VERIFY_SHARED = ["verify.graph_ms_ref", "verify.eager_ms_ref", "verify.per_extra_token_ms", "verify.per_extra_seq_ms"]
 
 
@@ -79,17 +93,36 @@ def verify_variant(engine_version: str | None, attention_mode: str | None, verif
     return f"mode:{attention_mode}"
 
 
-def verify_columns(variants: list[str]) -> list[str]:
-    """Columns of the verify block for these variants (the first is the offsets' reference)."""
+def spans_context(seq_kv_k: list[float]) -> bool:
+    """Whether windows whose mean sequence holds ``seq_kv_k`` thousand KV tokens span context
+    lengths enough to fit the per-sequence columns (module docstring)."""
+    xs = [x for x in seq_kv_k if x > 0]
+    return bool(xs) and max(xs) >= 1.0 and max(xs) > CONTEXT_SPAN * min(xs)
+
+
+def decode_columns(per_seq: bool = False) -> list[str]:
+    """Columns of the decode block (with the per-sequence context column when ``per_seq``)."""
+    return [*BLOCKS["decode"], *([_DECODE_SEQ] if per_seq else [])]
+
+
+def verify_columns(variants: list[str], per_seq: bool = False) -> list[str]:
+    """Columns of the verify block for these variants (the first is the offsets' reference; with
+    ``per_seq``, each variant's per-sequence context column too)."""
     cols = list(_VERIFY_SHARED)
     cols += [f"verify.kv_ms_per_1k_tokens@{v}" for v in variants]
+    if per_seq:
+        cols += [f"verify.kv_seq_ms_per_1k_tokens@{v}" for v in variants]
     cols += [f"verify.offset_ms@{v}" for v in variants[1:]]
     return cols
 
 
-def decode_x(b: float, kv_k: float, g: float) -> np.ndarray:
-    """Row of the ``decode`` block: batch ``b``, ``kv_k`` thousand KV tokens, graph share ``g``."""
-    return np.array([g, g * (b - 1), 1 - g, (1 - g) * (b - 1), kv_k])
+def decode_x(b: float, kv_k: float, g: float, columns: list[str] | None = None) -> np.ndarray:
+    """Row of the ``decode`` block: batch ``b``, ``kv_k`` thousand KV tokens of the batch, graph
+    share ``g``; ``columns`` (:func:`decode_columns`) with the per-sequence one adds ``kv_k / b``."""
+    x = [g, g * (b - 1), 1 - g, (1 - g) * (b - 1), kv_k]
+    if columns and _DECODE_SEQ in columns:
+        x.append(kv_k / b if b else 0.0)
+    return np.array(x)
 
 
 def verify_x(columns: list[str], b: float, kv_k: float, g: float, t: float, t_ref: float, variant: str) -> np.ndarray:
@@ -99,8 +132,11 @@ def verify_x(columns: list[str], b: float, kv_k: float, g: float, t: float, t_re
     x = np.zeros(len(columns))
     x[0], x[1], x[2], x[3] = g, 1 - g, t - t_ref, b - 1
     kv_col, off_col = f"verify.kv_ms_per_1k_tokens@{variant}", f"verify.offset_ms@{variant}"
+    seq_col = f"verify.kv_seq_ms_per_1k_tokens@{variant}"
     if kv_col in columns:
         x[columns.index(kv_col)] = kv_k
+    if seq_col in columns:
+        x[columns.index(seq_col)] = kv_k / b if b else 0.0
     if off_col in columns:
         x[columns.index(off_col)] = 1.0
     return x

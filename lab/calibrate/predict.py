@@ -217,7 +217,8 @@ class _DrawCosts:
                 + self._use("prefill_wall", model.prefill_wall_x()))
 
     def decode(self, batch: int, kv_k: float) -> float:
-        return self._use("decode", model.decode_x(batch, kv_k, 1.0 if batch <= self.gmax else 0.0))
+        return self._use("decode", model.decode_x(batch, kv_k, 1.0 if batch <= self.gmax else 0.0,
+                                                  self.cal.blocks["decode"].names))
 
     def spec(self, batch: int, kv_k: float) -> tuple[float, float]:
         g = 1.0 if (batch <= self.gmax and self.vgraph) else 0.0

@@ -18,11 +18,20 @@ summed over its sequences, in tokens)::
 
     prefill_s(n)      = prefill.base_ms + prefill.per_token_ms * n
     decode_s(b, kv, g)= (decode.graph_ms_bs1 + decode.per_extra_seq_ms*(b-1)) * (1 if g else eager_over_graph)
-                        + decode.kv_ms_per_1k_tokens * kv/1000
+                        + decode.kv_ms_per_1k_tokens * kv/1000 + decode.kv_seq_ms_per_1k_tokens * (kv/b)/1000
     verify_s(b, t, kv, mode, g)
                       = (ref_ms + per_extra_token_ms*(t-ref_tokens) + per_extra_seq_ms*(b-1))
-                        + kv_ms_per_1k_tokens[mode] * kv/1000 + offset_ms[mode]
-                        where ref_ms = graph_ms_ref if g else eager_ms_ref (offset_ms: 0 unless set)
+                        + kv_ms_per_1k_tokens[mode] * kv/1000 + kv_seq_ms_per_1k_tokens[mode] * (kv/b)/1000
+                        + offset_ms[mode]
+                        where ref_ms = graph_ms_ref if g else eager_ms_ref (offset_ms, kv_seq_*: 0 unless set)
+
+Two context terms: ``kv_ms_per_1k_tokens`` scales with the batch's whole KV (work that grows with
+every sequence's context), ``kv_seq_ms_per_1k_tokens`` with one sequence's (the mean over the
+batch: a kernel whose time follows the longest per-sequence reduction, not the batch total). On
+real SGLang 0.5.16 the triton backend's verify is almost all the second kind: at 6144 tokens it
+cost 79 ms at concurrency 1 and 78 ms at 4
+(``docs/benchmarks/h200-sglang-0.5.16-context.md``); the per-backend profiles
+``kshard_h200_triton`` / ``kshard_h200_flashinfer`` carry both terms fitted by ``lab calibrate``.
     draft_s(b, steps) = eagle_draft_s + eagle_draft_extend_s   (see :meth:`CostProfile.draft_parts_s`)
 """
 
@@ -104,21 +113,25 @@ class PrefillCost(_Strict):
 class DecodeCost(_Strict):
     """Decode step (ms): ``graph_ms_bs1`` at batch 1 in a CUDA graph, ``per_extra_seq_ms`` per
     further sequence, ``eager_over_graph`` (ratio) outside graphs, ``kv_ms_per_1k_tokens`` per
-    1,000 KV tokens of the batch. Used by :meth:`CostProfile.decode_s`."""
+    1,000 KV tokens of the batch, ``kv_seq_ms_per_1k_tokens`` (optional, 0 when absent) per 1,000
+    KV tokens of the mean sequence. Used by :meth:`CostProfile.decode_s`."""
 
     graph_ms_bs1: Num
     per_extra_seq_ms: Num
     eager_over_graph: Num
     kv_ms_per_1k_tokens: Num
+    kv_seq_ms_per_1k_tokens: Num | None = None
 
 
 class VerifyModeCost(_Strict):
     """One attention mode's verify: whether it runs in a CUDA graph, its KV cost (ms per
-    1,000 KV tokens) and, optionally, a fixed offset (ms) over the shared reference cost
+    1,000 KV tokens of the batch; optionally ``kv_seq_ms_per_1k_tokens``, ms per 1,000 KV tokens
+    of the mean sequence) and, optionally, a fixed offset (ms) over the shared reference cost
     (a fitted profile sets it when the two modes' verify costs differ)."""
 
     graph_captured: Flag
     kv_ms_per_1k_tokens: Num
+    kv_seq_ms_per_1k_tokens: Num | None = None
     offset_ms: Num | None = None
 
 
@@ -212,6 +225,8 @@ class CostProfile(_Strict):
         if not graph:
             ms *= d.eager_over_graph.value
         ms += d.kv_ms_per_1k_tokens.value * kv_tokens / 1000.0
+        if d.kv_seq_ms_per_1k_tokens is not None:
+            ms += d.kv_seq_ms_per_1k_tokens.value * kv_tokens / max(1, batch) / 1000.0
         return ms / 1e3
 
     def verify_graph_captured(self, attention_mode: str) -> bool:
@@ -241,6 +256,8 @@ class CostProfile(_Strict):
         ms = ref + v.per_extra_token_ms.value * (tokens_per_seq - v.ref_tokens) + v.per_extra_seq_ms.value * max(0, batch - 1)
         mode = self._mode(attention_mode)
         ms += mode.kv_ms_per_1k_tokens.value * kv_tokens / 1000.0
+        if mode.kv_seq_ms_per_1k_tokens is not None:
+            ms += mode.kv_seq_ms_per_1k_tokens.value * kv_tokens / max(1, batch) / 1000.0
         if mode.offset_ms is not None:
             ms += mode.offset_ms.value
         return max(ms, 0.0) / 1e3
