@@ -1,6 +1,6 @@
 """eagle-verify-lab: does EAGLE-3 speculative decoding help, and why not when it doesn't.
 
-One module per concern (README, "How it works"). Importing the package only narrows one
+One module per concern (docs/architecture.md). Importing the package only narrows one
 third-party warning: inside a papermill kernel, MLflow's and papermill's ``tqdm.auto``
 imports warn "IProgress not found" (no ipywidgets); the lab's own bars are plain tqdm.
 """

@@ -17,6 +17,15 @@ from lab.engine.ports import free_port  # noqa: F401  (re-exported for the tests
 ROOT = Path(__file__).resolve().parents[1]
 
 
+#: The small bench of the session's shared `dvc repro` (tests/e2e/conftest.py ``pipeline_run``).
+# 3 repeats: the default profile's acceptance depends on the prompt's category
+# (acceptance.per_category), so repeats that draw different prompts differ in accept length;
+# with 2 the accept-length interval (t with 1 df) is too wide for the break-even verdict.
+# The default params.yaml's open-loop points (request_rates, slo) stay as they are.
+SMALL_BENCH = {"num_prompts": 4, "max_new_tokens": 40, "concurrency": [1, 4], "warmup_requests": 1,
+               "repeats": 3}
+
+
 def dvc_env() -> dict[str, str]:
     """Environment for DVC: dvc.yaml runs `python -m lab.pipeline.<stage>_stage`, so the lab's interpreter
     must come first on PATH."""

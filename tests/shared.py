@@ -37,6 +37,31 @@ PHYSICS_TINY = dict(hidden_size=64, num_layers=3, heads_per_gpu=2, head_dim=16, 
                     kv_context=8, tokens=[1, 2, 3], warmup_iters=1, timed_iters=5)
 
 
+def markdown_rows(table: str) -> list[dict[str, str]]:
+    """The rows of a Markdown table (header line, separator, rows) as ``{header: cell}`` dicts,
+    cells stripped, so a test finds a column by its header, never by its position (a new
+    catalog column then moves nothing a test reads).
+
+    :raises ValueError: the text has no header and separator line, or a row's cell count
+        differs from the header's.
+    """
+    lines = [ln for ln in table.splitlines() if ln.startswith("|")]
+    if len(lines) < 2 or not set(lines[1]) <= set("|-: "):
+        raise ValueError(f"not a Markdown table: {table[:200]!r}")
+
+    def cells(line: str) -> list[str]:
+        return [c.strip() for c in line.strip().strip("|").split("|")]
+
+    header = cells(lines[0])
+    rows = []
+    for line in lines[2:]:
+        row = cells(line)
+        if len(row) != len(header):
+            raise ValueError(f"{len(row)} cells under {len(header)} headers: {line!r}")
+        rows.append(dict(zip(header, row)))
+    return rows
+
+
 def numbers(obj, skip=("params",)):
     """Every int/float (not bool) in obj, outside the keys in skip."""
     if isinstance(obj, dict):

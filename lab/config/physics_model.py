@@ -1,5 +1,5 @@
 """The ``physics:`` section as a pydantic model, built from the physics stage's own schema
-(:class:`lab.physics.params.PhysicsConfig`, standard library only, so the stage runs where
+(:class:`lab.config.physics_config.PhysicsConfig`, standard library only, so the stage runs where
 pydantic is absent) with the lower bounds ``params.yaml`` adds."""
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ _PHYSICS_BOUNDS = {"hidden_size": 64, "head_dim": 16, "mlp_intermediate_per_gpu"
 
 
 def _physics_params() -> type[Strict]:
-    """:class:`PhysicsParams`: the fields and defaults of :class:`lab.physics.params.PhysicsConfig`
+    """:class:`PhysicsParams`: the fields and defaults of :class:`lab.config.physics_config.PhysicsConfig`
     (the one physics schema) as a strict pydantic model, with :data:`_PHYSICS_BOUNDS`."""
     from dataclasses import fields
 
     from pydantic import create_model
 
-    from lab.physics.params import PhysicsConfig
+    from lab.config.physics_config import PhysicsConfig
 
     spec: dict[str, Any] = {}
     for f in fields(PhysicsConfig):
@@ -38,7 +38,7 @@ def _physics_params() -> type[Strict]:
     return create_model("PhysicsParams", __base__=Strict, __module__=__name__, __doc__=(
         """GPU stage: a per-GPU shard of the served model's layer stack (PyTorch only).
 
-    Fields and defaults are :class:`lab.physics.params.PhysicsConfig`'s. Defaults are
+    Fields and defaults are :class:`lab.config.physics_config.PhysicsConfig`'s. Defaults are
     Kimi-K2.5 (DeepSeek-V3 shape) under TP 8: hidden 7168, 61 layers, 64 attention heads x
     128 / 8 = 8 heads per GPU, and the active experts' MLP width per GPU (8 routed + 1 shared
     expert x 2048 / 8 = 2304). Source: the model's config.json.

@@ -8,8 +8,7 @@ mechanism directly, with PyTorch alone (no SGLang, no weights): a per-GPU shard 
 Kimi-K2.5-shaped layer stack, timed for T = 1..8 new tokens eagerly and as a CUDA-graph
 replay, against the bytes-moved floor.
 
-Modules: :mod:`~lab.physics.params` (the parameters' one schema, imported by :mod:`lab.config`),
-:mod:`~lab.physics.shapes` (byte arithmetic, pure Python),
+Modules: :mod:`~lab.physics.shapes` (byte arithmetic, pure Python),
 :mod:`~lab.physics.stack_bench` (the torch stack and timing; torch imported lazily),
 :mod:`~lab.physics.stack_report` (figures, Markdown), :mod:`~lab.physics.run`
 (:func:`run_physics`), :mod:`~lab.physics.stack_options` (the options shared by both command lines),
@@ -17,20 +16,19 @@ Modules: :mod:`~lab.physics.params` (the parameters' one schema, imported by :mo
 traces, ``python -m lab.physics.kernel_traces``).
 
 Importing this package needs only the standard library; figures need matplotlib and
-seaborn, the CLI's ``--params`` needs pyyaml, and measuring needs torch. It never imports
-:mod:`lab.config` (pydantic is absent on the device machine): :class:`PhysicsConfig` is the
-one schema of ``params.yaml``'s ``physics:`` section, and :class:`lab.config.PhysicsParams` is
-built from it; :mod:`lab.pipeline.physics` validates, runs and records the stage.
+seaborn, the CLI's ``--params`` needs pyyaml, and measuring needs torch. It imports only
+:mod:`lab.config.physics_config` of :mod:`lab.config` (standard library; pydantic is absent on the
+device machine): :class:`PhysicsConfig` is the one schema of ``params.yaml``'s ``physics:``
+section, and :class:`lab.config.PhysicsParams` is built from it; :mod:`lab.pipeline.physics` validates, runs and records the stage.
 """
 
-# Names resolve on first use (PEP 562), so importing one submodule (lab.config imports
-# lab.physics.params) does not run the others: the bench stages never execute stack_report or run.
+# Names resolve on first use (PEP 562), so importing one submodule does not run the others.
 _WHERE = {
     "FIGURE_FILES": "stack_report", "make_figures": "stack_report", "markdown_report": "stack_report",
     "plot_overview": "stack_report",
     "STATUS_NO_CUDA": "run", "STATUS_NO_TORCH": "run", "STATUS_OK": "run", "run_physics": "run",
     "write_metrics": "run",
-    "DTYPE_BYTES": "params", "PHYSICS_DEFAULTS": "params", "PhysicsConfig": "params",
+    "DTYPE_BYTES": "shapes", "PHYSICS_DEFAULTS": "shapes", "PhysicsConfig": "shapes",
     "bytes_moved": "shapes", "compute_ratios": "shapes", "floor_ms": "shapes", "kv_bytes_per_layer": "shapes",
     "percentiles_ms": "shapes", "weight_bytes": "shapes", "weight_bytes_per_layer": "shapes",
 }

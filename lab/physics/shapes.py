@@ -1,5 +1,5 @@
 """Shape arithmetic of the physics stage (pure Python, no torch); its parameters are
-:class:`lab.physics.params.PhysicsConfig` (re-exported here).
+:class:`lab.config.physics_config.PhysicsConfig` (re-exported here).
 
 The layer stack measured by :mod:`lab.physics.stack_bench` is the per-GPU shard of a
 Kimi-K2.5-shaped decoder under Megatron-style tensor parallelism. This module turns its
@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from lab.physics.params import DTYPE_BYTES, INT_FIELDS, PHYSICS_DEFAULTS, PhysicsConfig
+from lab.config.physics_config import DTYPE_BYTES, INT_FIELDS, PHYSICS_DEFAULTS, PhysicsConfig
 
 __all__ = [
     "DTYPE_BYTES",

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Sequence
 
-from lab.physics.params import DTYPE_BYTES, INT_FIELDS, PHYSICS_DEFAULTS, PhysicsConfig
+from lab.config.physics_config import DTYPE_BYTES, INT_FIELDS, PHYSICS_DEFAULTS, PhysicsConfig
 
 __all__ = ["build_parser", "config_from_args", "parse"]
 

@@ -1,4 +1,5 @@
-"""Open-loop load end to end: `dvc repro` on the emulator in a scratch copy, one rate point.
+"""Open-loop load end to end: the session's scratch `dvc repro` on the emulator
+(tests/e2e/conftest.py ``pipeline_run``: the default params.yaml's rate points and SLO).
 
 Checks what the issue asks of a rate point against what was recorded, never against the
 wall clock: every mode got the same seeded arrival schedule, the client followed it (send
@@ -14,18 +15,28 @@ from pathlib import Path
 
 import pytest
 
-from scratch import repro_scratch, run_dvc
+from scratch import run_dvc
 
 pytestmark = pytest.mark.integration
 
-BENCH = {"num_prompts": 4, "max_new_tokens": 24, "concurrency": [1], "warmup_requests": 1, "repeats": 2,
-         "request_rates": [8], "burstiness": 1.0, "slo": {"ttft_ms": 500, "tpot_ms": 20}}
+#: The modes whose rate points are checked (the run has all three; two keep the checks short).
 MODES = ("baseline", "eagle3_decode")
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory) -> Path:
-    return repro_scratch(tmp_path_factory.mktemp("load"), MODES, BENCH)[0]
+def run(pipeline_run):
+    """The shared run, with what these tests read of its params: the first rate point, its
+    rate, the SLO, requests and repeats per point, the arrival seed and burstiness."""
+    b = pipeline_run.params["bench"]
+    assert b["request_rates"], "the default params.yaml has open-loop rate points"
+    rate = b["request_rates"][0]
+    point = f"r{rate:g}"
+    return pipeline_run.repo, point, float(rate), b
+
+
+@pytest.fixture(scope="module")
+def repo(run) -> Path:
+    return run[0]
 
 
 def _requests(repo: Path, mode: str, point: str) -> list[dict]:
@@ -33,51 +44,56 @@ def _requests(repo: Path, mode: str, point: str) -> list[dict]:
     return [r for r in map(json.loads, lines) if r.get("point") == point]
 
 
-def test_same_seeded_arrivals_in_every_mode_and_the_client_followed_them(repo):
+def test_same_seeded_arrivals_in_every_mode_and_the_client_followed_them(run):
     from lab.workload.arrivals import arrival_times
 
+    repo, point, rate, b = run
     for mode in MODES:
-        recs = _requests(repo, mode, "r8")
-        assert len(recs) == 4 * 2 and all(r["ok"] and r["request_rate"] == 8 for r in recs)
-        for rep in (0, 1):
+        recs = _requests(repo, mode, point)
+        assert len(recs) == b["num_prompts"] * b["repeats"] and all(r["ok"] and r["request_rate"] == rate for r in recs)
+        for rep in range(b["repeats"]):
             mine = sorted((r for r in recs if r["repeat"] == rep), key=lambda r: int(r["rid"].rsplit("-", 1)[1]))
             t0 = mine[0]["t_scheduled"]
-            # bench.seed (0) + repeat: the same schedule in every mode
-            assert [r["t_scheduled"] - t0 for r in mine] == pytest.approx(arrival_times(4, 8.0, 1.0, 0 + rep), abs=1e-9)
+            # bench.seed + repeat: the same schedule in every mode
+            want = arrival_times(b["num_prompts"], rate, b["burstiness"], b["seed"] + rep)
+            assert [r["t_scheduled"] - t0 for r in mine] == pytest.approx(want, abs=1e-9)
             assert all(r["t_send"] >= r["t_scheduled"] == r["t_dispatch"] for r in mine)
 
 
-def test_goodput_and_ground_truth_at_the_rate_point(repo):
+def test_goodput_and_ground_truth_at_the_rate_point(run):
     from lab.emulator.truth import load_truth
 
+    repo, point, _, b = run
+    slo = b["slo"]
     for mode in MODES:
         res = json.loads((repo / "results" / mode / "result.json").read_text())
-        agg = res["levels"]["r8"]
-        assert agg["repeats"] == 2 and agg["requests"] == 8 and agg["errors"] == 0
+        agg = res["levels"][point]
+        assert agg["repeats"] == b["repeats"] and agg["requests"] == b["num_prompts"] * b["repeats"]
+        assert agg["errors"] == 0
         for m in ("goodput_req_s", "goodput_tok_s", "slo_attainment", "output_tok_s_per_user", "p99_schedule_lag_ms"):
             assert m in agg, m
-        assert res["load"]["slo"] == {"ttft_ms": 500.0, "tpot_ms": 20.0}
+        assert res["load"]["slo"] == {"ttft_ms": float(slo["ttft_ms"]), "tpot_ms": float(slo["tpot_ms"])}
         # goodput = good requests per measured second (vLLM), TTFT counted from the schedule; never
         # above the throughput of the same window; recomputed here from the recorded requests
-        runs = [r for r in json.loads((repo / "results" / mode / "runs.json").read_text()) if r["point"] == "r8"]
+        runs = [r for r in json.loads((repo / "results" / mode / "runs.json").read_text()) if r["point"] == point]
         truth = load_truth(repo / "results" / mode / "ground_truth.jsonl")
-        recs = _requests(repo, mode, "r8")
+        recs = _requests(repo, mode, point)
         for run in runs:
             mine = [r for r in recs if r["repeat"] == run["repeat"]]
             window = max(r["t_end"] for r in mine) - min(r["t_dispatch"] for r in mine)
-            good = [r for r in mine if (r["chunks"][0][0] - r["t_scheduled"]) * 1e3 <= 500
-                    and (r["t_end"] - r["chunks"][0][0]) * 1e3 / (r["completion_tokens"] - 1) <= 20]
+            good = [r for r in mine if (r["chunks"][0][0] - r["t_scheduled"]) * 1e3 <= slo["ttft_ms"]
+                    and (r["t_end"] - r["chunks"][0][0]) * 1e3 / (r["completion_tokens"] - 1) <= slo["tpot_ms"]]
             assert run["wall_s"] == pytest.approx(window) and run["goodput_req_s"] == pytest.approx(len(good) / window)
             assert run["goodput_req_s"] <= run["request_throughput_req_s"] == pytest.approx(len(mine) / window)
         # the server saw each request after the client sent it, and produced the tokens the client counted
         assert all(truth.requests[r["rid"]]["arrival"] >= r["t_send"] for r in recs)
         assert [r["completion_tokens"] for r in recs] == [truth.requests[r["rid"]]["completion_tokens"] for r in recs]
         if mode != "baseline":
-            assert agg["accept_length"]["mean"] == pytest.approx(res["ground_truth"]["r8"]["accept_length"], rel=1e-9)
+            assert agg["accept_length"]["mean"] == pytest.approx(res["ground_truth"][point]["accept_length"], rel=1e-9)
 
 
-def _truth_good(repo: Path, mode: str, point: str) -> int:
-    """Requests at ``point`` whose TTFT and TPOT in the emulator's ground truth meet BENCH's SLO."""
+def _truth_good(repo: Path, mode: str, point: str, slo: dict) -> int:
+    """Requests at ``point`` whose TTFT and TPOT in the emulator's ground truth meet ``slo``."""
     from lab.emulator.truth import load_truth
 
     truth = load_truth(repo / "results" / mode / "ground_truth.jsonl")
@@ -87,26 +103,28 @@ def _truth_good(repo: Path, mode: str, point: str) -> int:
         ttft_ms = (q["first_token"] - q["arrival"]) * 1e3
         n = q["completion_tokens"]
         tpot_ms = (q["last_token"] - q["first_token"]) * 1e3 / (n - 1) if n > 1 else 0.0
-        good += ttft_ms <= BENCH["slo"]["ttft_ms"] and tpot_ms <= BENCH["slo"]["tpot_ms"]
+        good += ttft_ms <= slo["ttft_ms"] and tpot_ms <= slo["tpot_ms"]
     return good
 
 
-def test_comparison_pareto_answer_and_mlflow(repo):
+def test_comparison_pareto_answer_and_mlflow(run):
+    repo, point, _, b = run
+    slo = b["slo"]
     comp = json.loads((repo / "reports" / "comparison.json").read_text())
-    e = comp["modes"]["eagle3_decode"]["r8"]
+    e = comp["modes"]["eagle3_decode"][point]
     # the goodput speedup is the geometric mean of the per-repeat ratios of what runs.json holds
     # (repeat k of both modes replays the same arrivals), its verdict the side of 1 its interval is on
-    r8_runs = {m: [r for r in json.loads((repo / "results" / m / "runs.json").read_text()) if r["point"] == "r8"]
+    rate_runs = {m: [r for r in json.loads((repo / "results" / m / "runs.json").read_text()) if r["point"] == point]
                for m in MODES}
-    runs = {m: {r["repeat"]: r["goodput_req_s"] for r in r8_runs[m]} for m in MODES}
+    runs = {m: {r["repeat"]: r["goodput_req_s"] for r in rate_runs[m]} for m in MODES}
     s = e["speedup_goodput_req_s"]
     if all(v > 0 for m in MODES for v in runs[m].values()):
-        logs = [math.log(runs["eagle3_decode"][k] / runs["baseline"][k]) for k in (0, 1)]
-        assert s["paired"] and s["ratio"] == pytest.approx(math.exp(sum(logs) / 2))
+        logs = [math.log(runs["eagle3_decode"][k] / runs["baseline"][k]) for k in range(b["repeats"])]
+        assert s["paired"] and s["ratio"] == pytest.approx(math.exp(sum(logs) / len(logs)))
         lo, hi = s["ci95_lo"], s["ci95_hi"]
         assert lo is None or (lo <= s["ratio"] <= hi and (s["verdict"] == "faster") == (lo > 1))
-    truth = {m: _truth_good(repo, m, "r8") for m in MODES}  # requests the emulator served within the SLO
-    if s["ci95_lo"] is None and all(r["slo_attainment"] == 1.0 for m in MODES for r in r8_runs[m]):
+    truth = {m: _truth_good(repo, m, point, slo) for m in MODES}  # requests the emulator served within the SLO
+    if s["ci95_lo"] is None and all(r["slo_attainment"] == 1.0 for m in MODES for r in rate_runs[m]):
         # every request met the SLO in every repeat of both modes: a ceiling, said as such
         assert s["verdict"] == "not distinguishable" and "a ceiling" in s["note"]
         assert "a ceiling" in comp["load"]["sentences"]["eagle3_decode"]
@@ -114,10 +132,12 @@ def test_comparison_pareto_answer_and_mlflow(repo):
         assert s["verdict"] != ("slower" if truth["eagle3_decode"] > truth["baseline"] else "faster"), (s, truth)
     assert s["scope"] == "within one launch"
     sentence = comp["load"]["sentences"]["eagle3_decode"]
-    assert sentence.startswith("eagle3_decode ") and "at this SLO (TTFT <= 500 ms, TPOT <= 20 ms)" in sentence
+    assert sentence.startswith("eagle3_decode ") and f"at this SLO (TTFT <= {slo['ttft_ms']:g} ms, TPOT <= {slo['tpot_ms']:g} ms)" in sentence
     pareto = (repo / "reports" / "pareto.csv").read_text().splitlines()
+    modes = comp["modes"]  # every mode of the run, every point (concurrency levels and rates)
+    points = len(b["concurrency"]) + len(b["request_rates"])
     assert pareto[0] == ("mode,engine,timing,weights,acceptance,point,kind,output_tok_s_per_user,output_tok_s,"
-                         "on_frontier") and len(pareto) == 1 + 2 * 2
+                         "on_frontier") and len(pareto) == 1 + len(modes) * points
     assert all(ln.split(",")[1:5] == ["emulator", "modelled", "emulated", "emulated" if ln.startswith("eagle3")
                                       else "n/a"] for ln in pareto[1:])
     for mode in MODES:  # what the figure draws: tests/unit/test_figures.py (pareto_figure)
@@ -135,10 +155,10 @@ def test_comparison_pareto_answer_and_mlflow(repo):
     exp = client.get_experiment_by_name("eagle-verify-lab")
     runs = client.search_runs([exp.experiment_id])
     mode_run = next(r for r in runs if r.data.tags.get("mode") == "eagle3_decode")
-    assert "r8.goodput_req_s" in mode_run.data.metrics
+    assert f"{point}.goodput_req_s" in mode_run.data.metrics
     # an interval only where the repeats differ (the same goodput in every repeat: none, not a zero-width one)
-    spread = len({r["goodput_req_s"] for r in r8_runs["eagle3_decode"]}) > 1
-    assert ("r8.goodput_req_s_ci95_lo" in mode_run.data.metrics) == spread
+    spread = len({r["goodput_req_s"] for r in rate_runs["eagle3_decode"]}) > 1
+    assert (f"{point}.goodput_req_s_ci95_lo" in mode_run.data.metrics) == spread
     compare = next(r for r in runs if r.info.run_name.startswith("compare"))
-    assert "eagle3_decode.r8.goodput_req_s" in compare.data.metrics
+    assert f"eagle3_decode.{point}.goodput_req_s" in compare.data.metrics
     assert "eagle3_decode.beats_up_to_req_s" in compare.data.metrics

@@ -13,32 +13,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scratch import run_dvc, scratch_repo
+from scratch import SMALL_BENCH, run_dvc
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
-
-# 3 repeats: the default profile's acceptance depends on the prompt's category
-# (acceptance.per_category), so repeats that draw different prompts differ in accept length;
-# with 2 the accept-length interval (t with 1 df) is too wide for the break-even verdict.
-SMALL_BENCH = {"num_prompts": 4, "max_new_tokens": 40, "concurrency": [1, 4], "warmup_requests": 1,
-               "repeats": 3}
-
 
 _dvc = run_dvc
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory) -> Path:
-    """A scratch copy of the lab (git + DVC) with a small bench, after one `dvc repro`."""
-    repo = scratch_repo(tmp_path_factory.mktemp("lab"), lambda p: p["bench"].update(SMALL_BENCH))
-    proc = _dvc(repo, "repro")
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    REPRO_OUTPUT.append(proc.stdout)
-    return repo
-
-
-REPRO_OUTPUT: list[str] = []  # the fixture's `dvc repro` stdout
+def repo(pipeline_run) -> Path:
+    """The session's scratch `dvc repro` (tests/e2e/conftest.py: a small bench, default rate points)."""
+    return pipeline_run.repo
 
 
 def _result(repo: Path, mode: str) -> dict:
@@ -173,6 +159,14 @@ def test_dvc_reruns_only_what_changed(repo):
     status = _dvc(repo, "status", "--json")
     assert json.loads(status.stdout or "{}") == {}, status.stdout  # nothing to run
     original = (repo / "params.yaml").read_text()
+    try:
+        _stale_after_edits(repo, original)
+    finally:  # the session's run is shared (tests/e2e/conftest.py): leave it as it was
+        (repo / "params.yaml").write_text(original)
+    assert json.loads(_dvc(repo, "status", "--json").stdout or "{}") == {}
+
+
+def _stale_after_edits(repo: Path, original: str) -> None:
     params = yaml.safe_load(original)
     params["lossless"]["min_identical_share"] = 0.9  # read by compare only (lab/analysis/lossless.py)
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
@@ -224,10 +218,10 @@ def test_summary_md_and_report_carry_the_one_wave_warning(repo):
             < text.index("<figure>") < text.index("Per-prompt detail"))
 
 
-def test_dvc_repro_ends_with_the_answer(repo):
+def test_dvc_repro_ends_with_the_answer(repo, pipeline_run):
     from lab.report.answer import answer_text
 
-    out = REPRO_OUTPUT[0]
+    out = pipeline_run.stdout
     comp = json.loads((repo / "reports" / "comparison.json").read_text())
     answer = answer_text(comp, repo / "reports" / "report.html")
     assert answer in out

@@ -11,6 +11,7 @@ import pytest
 from lab.cli import main as lab_main
 from lab.analysis.comparison import summarize
 from lab.report.tables import read_summary_rows, summary_markdown, write_csv
+from shared import markdown_rows
 
 
 def _summary():
@@ -25,16 +26,21 @@ def _summary():
 
 
 def test_summary_markdown_known_numbers():
-    table = summary_markdown(_summary()["rows"], "base").splitlines()
-    assert table[0].startswith("| mode | point | decode tok/s [95 % CI]")
-    base, spec = table[2], table[3]
+    text = summary_markdown(_summary()["rows"], "base")
+    table = text.splitlines()
+    assert table[0].startswith("| mode | point |") and table[0].endswith("| intervals |")
+    base, spec = markdown_rows(text)
     # mean 82 with a t-interval of 2 +/- 4.303 * 2 / sqrt(3)
-    assert base.startswith("| base | c1 | 82.0 [77.0, 87.0] | 81.0 [76.0, 86.0] | - | - | 12.2 |")
-    assert base.endswith("| reference | reference | within one launch |")  # one launch per mode: said
-    assert table[0].endswith("| intervals |")
-    cells = [c.strip() for c in spec.strip("|").split("|")]
-    assert cells[:7] == ["spec", "c1", "97.0 [94.5, 99.5]", "96.0 [93.5, 98.5]", "1.90", "18.0", "20.0"]
-    assert cells[7].startswith("1.18x [") and cells[7].endswith("faster") and cells[-1] == "within one launch"
+    assert (base["mode"], base["point"]) == ("base", "c1")
+    assert base["decode tok/s [95 % CI]"] == "82.0 [77.0, 87.0]" and base["output tok/s [95 % CI]"] == "81.0 [76.0, 86.0]"
+    assert base["accept length"] == "-" and base["verify ms"] == "-" and base["cycle ms"] == "12.2"
+    assert base["speedup, decode tok/s [95 % CI], verdict"] == "reference"
+    assert base["intervals"] == "within one launch"  # one launch per mode: said
+    assert (spec["mode"], spec["point"]) == ("spec", "c1")
+    assert spec["decode tok/s [95 % CI]"] == "97.0 [94.5, 99.5]" and spec["output tok/s [95 % CI]"] == "96.0 [93.5, 98.5]"
+    assert (spec["accept length"], spec["verify ms"], spec["cycle ms"]) == ("1.90", "18.0", "20.0")
+    verdict = spec["speedup, decode tok/s [95 % CI], verdict"]
+    assert verdict.startswith("1.18x [") and verdict.endswith("faster") and spec["intervals"] == "within one launch"
 
 
 def test_summary_markdown_same_from_csv(tmp_path):

@@ -141,11 +141,11 @@ def test_no_import_cycle_among_lab_packages():
 
 
 def test_config_imports_no_other_lab_package():
-    """Every lab package reads lab.config; lab.config reads none of them but the physics stage's
-    standard-library schema (lab.physics.params), so it can never close a cycle."""
+    """Every lab package reads lab.config; lab.config reads none of them, so it can never close a
+    cycle (the physics stage's schema lives in it: lab.config.physics_config)."""
     graph = import_graph()
     outside = sorted(f"{m} -> {t}" for m, ts in graph.items() if m.startswith("lab.config")
-                     for t in ts if not t.startswith("lab.config") and t not in ("lab.physics.params", "lab"))
+                     for t in ts if not t.startswith("lab.config") and t != "lab")
     assert not outside, outside
 
 
@@ -176,12 +176,12 @@ def test_every_module_and_folder_opens_with_a_docstring():
     assert not missing, missing
 
 
-def test_readme_module_map_names_every_module():
-    """README's module map has a line for every module (a folder's line covers the folders
-    it names as a whole, like ``lab/emulator/``)."""
-    readme = (LAB.parent / "README.md").read_text()
-    table = readme[readme.index("### Module map"):]
-    table = table[: table.index("\n## ")]
+def test_architecture_module_map_names_every_module():
+    """docs/architecture.md's module map has a line for every module (a folder's line covers the
+    folders it names as a whole, like ``lab/emulator/``)."""
+    page = (LAB.parent / "docs" / "architecture.md").read_text()
+    table = page[page.index("## Module map"):]
+    table = table[: table.index("\n## ", 1)]
     whole = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `lab/") and line.split("`")[1].endswith("/")}
     missing = []
     for path, _ in _modules().values():
@@ -190,7 +190,7 @@ def test_readme_module_map_names_every_module():
             continue
         if f"`{rel}`" not in table:
             missing.append(rel)
-    assert not missing, f"README's module map lacks {missing}"
+    assert not missing, f"docs/architecture.md's module map lacks {missing}"
 
 
 def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
@@ -203,15 +203,35 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-def test_config_runs_only_the_physics_schema():
-    """lab.config builds PhysicsParams from lab.physics.params; importing it must not run the
-    physics stage's other modules (a bench stage would then depend on the physics figures).
-    Read from the import graph, lazy imports included, so it also holds for code paths a
-    plain ``import lab.config`` does not take."""
+def test_physics_reads_only_the_standard_library_schema_of_config():
+    """lab.physics (the GPU stage, run where pydantic is absent) imports of lab.config only
+    lab.config.physics_config (standard library) and the package's lazy ``__init__``, whose
+    names resolve on first use; read from the import graph, lazy imports included."""
     graph = import_graph()
-    physics = sorted(m for m in reachable(graph, "lab.config") if m.startswith("lab.physics"))
-    assert physics == ["lab.physics.params"], physics
-    assert graph["lab.physics"] <= {"lab.physics.params"}, graph["lab.physics"]  # its __init__ runs with it
+    physics = {m for m in graph if m == "lab.physics" or m.startswith("lab.physics.")}
+    config = sorted({t for m in physics for t in graph[m] if t.startswith("lab.config")})
+    assert config == ["lab.config.physics_config"], config
+    assert not reachable(graph, "lab.config.physics_config"), graph["lab.config.physics_config"]
+    init = (LAB / "config" / "__init__.py").read_text()
+    top = [n for n in ast.parse(init).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert all(isinstance(n, ast.ImportFrom) and n.module == "typing" for n in top), "lab/config/__init__.py imports eagerly"
+
+
+#: The wings: packages around the three-mode pipeline (docs/architecture.md).
+WINGS = ("lab.calibrate", "lab.physics", "lab.fleet", "lab.offline", "lab.profiling")
+#: What of the wings the core's stages run: the bench stage's `bench.trace` capture is analysed
+#: by lab.profiling.trace, and the compare stage's report reads it through lab.profiling.report.
+CORE_USES = {"lab.profiling", "lab.profiling.trace", "lab.profiling.report"}
+
+
+@pytest.mark.parametrize("entry", ["lab.pipeline.bench_stage", "lab.pipeline.bench", "lab.pipeline.compare_stage",
+                                   "lab.pipeline.compare"])
+def test_core_stages_stay_out_of_the_wings(entry):
+    """A bench or compare stage runs no wing module but the profiling analysis of ``bench.trace``
+    (docs/architecture.md draws the core apart from the wings)."""
+    graph = import_graph()
+    wings = sorted(m for m in reachable(graph, entry) if m.startswith(WINGS) and m not in CORE_USES)
+    assert not wings, f"{entry} reaches {wings}: keep wings out of the core, or update docs/architecture.md"
 
 
 def test_engine_names_are_compared_only_in_the_registry():

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from lab.analysis.paired import add_paired, load_request_speeds, paired_speedup
+from shared import markdown_rows
 
 
 def _record(mode: str, point: str, rep: int, slot: int, prompt: int, tok_s: float, n: int = 33,
@@ -113,13 +114,12 @@ def test_summary_rows_markdown_and_flat_metrics_carry_the_paired_speedup(tmp_pat
     assert "paired_speedup_decode_tok_s" not in summary["modes"]["base"]["c1"]
     row = [r for r in summary["rows"] if r["mode"] == "spec"][0]
     assert row["paired_speedup_decode_tok_s"] == entry["ratio"] and row["paired_n_prompts"] == 8
-    table = summary_markdown(summary["rows"], "base").splitlines()
-    assert "paired per prompt, decode tok/s [95 % CI]" in table[0]
-    cells = [c.strip() for c in table[3].strip("|").split("|")]
-    assert cells[8].startswith("1.25x [") and cells[8].endswith("]")  # beside the verdict, not a second one
-    assert cells[7].endswith("faster")  # the per-repeat speedup carries the point's verdict
+    spec = next(r for r in markdown_rows(summary_markdown(summary["rows"], "base")) if r["mode"] == "spec")
+    paired = spec["paired per prompt, decode tok/s [95 % CI]"]
+    assert paired.startswith("1.25x [") and paired.endswith("]")  # beside the verdict, not a second one
+    assert spec["speedup, decode tok/s [95 % CI], verdict"].endswith("faster")  # the per-repeat speedup carries the verdict
     # the row's "intervals" cell says the scope
-    assert cells[-1] == "within one launch" and entry["scope"] == "within one launch" and entry["unit"] == "prompt"
+    assert spec["intervals"] == "within one launch" and entry["scope"] == "within one launch" and entry["unit"] == "prompt"
     flat = lean_numbers(summary)
     assert flat["spec.c1.paired_speedup_decode_tok_s"] == entry["ratio"]
     assert flat["spec.c1.paired_speedup_decode_tok_s_ci95_lo"] == entry["ci95_lo"]

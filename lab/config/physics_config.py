@@ -1,8 +1,10 @@
 """The physics stage's parameters: the one schema of ``params.yaml``'s ``physics:`` section.
 
-Standard library only, and imported by :mod:`lab.config` (which builds
-:class:`lab.config.PhysicsParams` from :class:`PhysicsConfig`), so a change here is a change
-to every stage's params validation, and nothing else of :mod:`lab.physics` runs with it.
+Standard library only: :mod:`lab.physics` imports it on the device machine, where pydantic is
+absent (``lab/config/__init__.py`` resolves its names lazily, so importing this module runs no
+other module of :mod:`lab.config`), and :mod:`lab.config.physics_model` builds
+:class:`lab.config.PhysicsParams` from :class:`PhysicsConfig`, so a change here is a change to
+every stage's params validation.
 """
 
 from __future__ import annotations
