@@ -357,9 +357,15 @@ def _cheap_checks(params: LabParams, results_dir: Path) -> list[Check]:
 
     checks = []
     s = params.server
+    from lab.engine.ports import port_is_explicit
+    from lab.engine.registry import engine_for
+
     try:
-        check_port_free(s.host, s.port)
-        checks.append(Check("port", OK, f"{s.host}:{s.port} is free"))
+        if not port_is_explicit(s) and engine_for(params).params_section == "emulator":
+            checks.append(Check("port", OK, "server.port not set: the emulator takes a free port at launch"))
+        else:
+            check_port_free(s.host, s.port)
+            checks.append(Check("port", OK, f"{s.host}:{s.port} is free"))
     except ServerError as exc:
         checks.append(Check("port", FAIL, str(exc).split(". Fix:")[0],
                             f"stop that process or set server.port (for this run only, leaving params.yaml and "

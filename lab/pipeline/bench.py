@@ -35,6 +35,7 @@ from lab.analysis.aggregate import aggregate_levels, ground_truth, headline
 from lab.analysis.load import load_settings
 from lab.config import LabParams, repo_root
 from lab.engine.command import build_server_command
+from lab.engine.ports import launch_port
 from lab.engine.registry import engine_for, provenance
 from lab.measure import hygiene
 from lab.measure.point import measure_point, measurement_points
@@ -78,7 +79,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     run = tracker.open_run(mode_run_name(params, mode_name) + (f" | launch {launch}/{of}" if of > 1 else ""),
                            {**run_tags(params, mode=mode_name), "launch": str(launch)}, base=out)
     truth_path = out / "ground_truth.jsonl" if engine_for(params).ground_truth else None
-    cmd = build_server_command(params, mode_name, ground_truth_file=truth_path,
+    cmd = build_server_command(params, mode_name, ground_truth_file=truth_path, port=launch_port(params),
                                prompt_file=emulator_prompt_file(params.bench, prompts, root, out) if engine_for(params).modelled else None)
     res = ModeResult(mode=mode_name, engine=params.engine, provenance=provenance(params, mode_name), launch=launch,
                      launches=of, mlflow_run_id=run.run_id, server_command=cmd.display(), dataset=dataset_info)
