@@ -46,7 +46,7 @@ from lab.tracking.params_log import mode_run_params
 from lab.tracking.record import log_engine, record
 from lab.tracking.runs import TrackingError, run_tags
 from lab.tracking.tracker import Tracker
-from lab.workload.sources import dataset_params, emulator_prompt_file, load_bench_prompts
+from lab.workload.sources import check_prompt_count, dataset_params, emulator_prompt_file, load_bench_prompts
 from lab.engine.tokenizer import token_counter
 
 __all__ = ["run_mode", "launch_setup"]
@@ -74,6 +74,7 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     params.mode(mode_name)  # unknown mode: fail before anything else
     check_writable(out)
     prompts, dataset_info = load_bench_prompts(params.bench, root)  # file or HF id (lab/workload/sources.py)
+    check_prompt_count(params.bench, len(prompts))  # no silent cycling past the dataset
     tracker = Tracker.from_params(params, root)  # this stage's MLflow client and parent run
     of = params.bench.launches
     run = tracker.open_run(mode_run_name(params, mode_name) + (f" | launch {launch}/{of}" if of > 1 else ""),

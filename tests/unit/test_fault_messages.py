@@ -1,0 +1,73 @@
+"""Faults a user meets, each failing at once with its cause and fix in the message, not a bare
+traceback (issue 34, item 5): a truncated result.json in compare's preflight, a dataset that is not
+UTF-8, bench.num_prompts above the dataset's prompt count."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lab.analysis.comparison import CompareError, load_launches, load_results
+from lab.config.loading import load_params
+from lab.workload.dataset import DatasetError, load_prompts
+from lab.workload.sources import check_prompt_count, load_bench_prompts
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _result(dir_: Path, text: str) -> Path:
+    dir_.mkdir(parents=True, exist_ok=True)
+    (dir_ / "result.json").write_text(text)
+    return dir_ / "result.json"
+
+
+@pytest.mark.parametrize("text", ['{"status": "ok", "mode": "base', "", "[1, 2]"])
+def test_a_truncated_result_json_names_the_file_and_the_stage_to_rerun(tmp_path, text):
+    _result(tmp_path / "baseline", text)
+    with pytest.raises(CompareError) as exc:
+        load_results(tmp_path, ["baseline"])
+    msg = str(exc.value)
+    assert str(tmp_path / "baseline" / "result.json") in msg and "Fix: re-run that mode, `dvc repro -f bench@baseline`" in msg
+
+
+def test_a_truncated_later_launch_names_its_launch_stage(tmp_path):
+    _result(tmp_path / "baseline", json.dumps({"status": "ok"}))
+    _result(tmp_path / "launches" / "2" / "baseline", '{"status": ')
+    with pytest.raises(CompareError, match=r"`dvc repro -f bench_launch@2-baseline`"):
+        load_launches(tmp_path, ["baseline"], 2)
+
+
+def test_invalid_utf8_in_the_dataset_names_the_line_and_the_fix(tmp_path):
+    good = (ROOT / "data" / "prompts.jsonl").read_bytes().splitlines(keepends=True)
+    bad = good[2].replace(b'"', b'"caf\xe9 ', 1)  # latin-1 e-acute inside the third record
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b"".join([good[0], good[1], bad, *good[3:]]))
+    with pytest.raises(DatasetError) as exc:
+        load_prompts(path)
+    msg = str(exc.value)
+    assert f"{path}:3: not UTF-8 text at line 3" in msg and "Fix: save the file as UTF-8" in msg and "iconv" in msg
+
+
+def test_num_prompts_above_the_dataset_is_refused_unless_asked_for(tmp_path):
+    params = load_params(ROOT / "params.yaml", overrides={"bench": {**load_params(ROOT / "params.yaml").bench.model_dump(),
+                                                                     "num_prompts": 48}})
+    prompts, _ = load_bench_prompts(params.bench, ROOT)
+    assert len(prompts) == 40
+    with pytest.raises(DatasetError) as exc:
+        check_prompt_count(params.bench, len(prompts))
+    msg = str(exc.value)
+    assert "bench.num_prompts is 48" in msg and "has 40 prompts" in msg
+    assert "Fix: set bench.num_prompts to at most 40" in msg and "bench.repeat_prompts: true" in msg
+    check_prompt_count(params.bench.model_copy(update={"num_prompts": 40}), 40)
+    check_prompt_count(params.bench.model_copy(update={"repeat_prompts": True}), 40)
+
+
+def test_the_preflight_keeps_the_dataset_errors_own_fix(tmp_path):
+    from lab.engine.preflight import _cheap_checks
+
+    params = load_params(ROOT / "params.yaml")
+    params.bench.num_prompts = 41
+    row = next(c for c in _cheap_checks(params, tmp_path) if c.name == "dataset")
+    assert row.status != "ok" and "41" in row.detail and "at most 40" in row.fix
