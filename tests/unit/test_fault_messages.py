@@ -71,3 +71,21 @@ def test_the_preflight_keeps_the_dataset_errors_own_fix(tmp_path):
     params.bench.num_prompts = 41
     row = next(c for c in _cheap_checks(params, tmp_path) if c.name == "dataset")
     assert row.status != "ok" and "41" in row.detail and "at most 40" in row.fix
+
+
+def test_a_stage_failure_keeps_the_whole_reason_not_its_first_line():
+    """Issue 34: `failed (PreflightError: preflight failed before launching the engine:)` and nothing
+    after the colon. The preflight's table (its own format_table) must follow whole."""
+    from lab.engine.preflight import FAIL, OK, Check, PreflightReport, format_table
+    from lab.pipeline.stage import _short, failure_message
+
+    table = format_table(PreflightReport(engine="emulator", checks=[Check("port", FAIL, "127.0.0.1:30000 is in use by pid 7",
+                                                        "set server.port"), Check("disk", OK, "9 GiB free")]))
+    detail = _short(f"PreflightError: preflight failed before launching the engine:\n{table}")
+    msg = failure_message("bench@baseline", detail, "no earlier result was there")
+    first, rest = msg.split("\n", 1)
+    assert first == ("stage bench@baseline failed (PreflightError: preflight failed before launching the engine: "
+                     "the reason follows); no earlier result was there")
+    assert "127.0.0.1:30000 is in use by pid 7" in rest and "set server.port" in rest
+    one = failure_message("bench@baseline", "ServerError: engine exited with code 1", "x")
+    assert one == "stage bench@baseline failed (ServerError: engine exited with code 1); x"
