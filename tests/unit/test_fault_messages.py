@@ -89,3 +89,39 @@ def test_a_stage_failure_keeps_the_whole_reason_not_its_first_line():
     assert "127.0.0.1:30000 is in use by pid 7" in rest and "set server.port" in rest
     one = failure_message("bench@baseline", "ServerError: engine exited with code 1", "x")
     assert one == "stage bench@baseline failed (ServerError: engine exited with code 1); x"
+
+
+class _KilledEngine:
+    """A ServerProcess whose engine was SIGKILLed: the process is gone (exit code -9)."""
+
+    base_url = "http://127.0.0.1:9"
+
+    class proc:  # noqa: N801 - the attribute ServerProcess has
+        returncode = -9
+
+    def alive(self) -> bool:
+        return False
+
+
+def test_an_engine_killed_mid_run_reads_engine_died_not_connection_reset(tmp_path, monkeypatch):
+    """Issue 34: a SIGKILLed engine surfaced as a bare ConnectionResetError from /metrics
+    (lab/measure/point.py); it must be "engine died (exit code -9)" with the log's tail."""
+    from lab.measure import client
+    from lab.measure.point import BenchError, measure_point, measurement_points
+    from lab.measure.result import ModeResult
+
+    def reset(url, timeout_s=10.0):
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    monkeypatch.setattr(client, "fetch_text", reset)
+    (tmp_path / "server.log").write_text("Decode batch ...\nKilled\n")
+    bench = load_params(ROOT / "params.yaml").bench
+    t0 = __import__("time").monotonic()
+    with pytest.raises(BenchError) as exc, open(tmp_path / "requests.jsonl", "a") as req:
+        measure_point(_KilledEngine(), measurement_points(bench)[0], 0, bench=bench, prompts=load_prompts(ROOT / "data" / "prompts.jsonl"),
+                      speculative=False, out=tmp_path, req_file=req,
+                      result=ModeResult(mode="baseline", engine="emulator"), count=lambda s: len(s.split()))
+    assert __import__("time").monotonic() - t0 < 5
+    msg = str(exc.value)
+    assert msg.startswith("engine died (exit code -9) during baseline c=1 repeat 0") and "Killed" in msg
+    assert "ConnectionResetError" in msg and "/metrics" in msg
