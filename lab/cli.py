@@ -118,7 +118,7 @@ def print_summary(reports_dir: Path) -> int:
     return 0
 
 
-def ui(params_file: str | None, port: int) -> int:
+def ui(params_file: str | None, port: int | None = None) -> int:
     """``lab ui``: MLflow's UI for the lab's tracking store on 127.0.0.1, opening on the runs table.
 
     Prints the experiment's runs-table URL (:func:`lab.tracking.mlflow_view.runs_table_url`: MLflow
@@ -126,8 +126,11 @@ def ui(params_file: str | None, port: int) -> int:
     key params and provenance tags as columns: :func:`lab.tracking.runs_view.install_runs_view`),
     then runs ``mlflow ui`` in its own process group; SIGINT (Ctrl-C), SIGTERM or SIGHUP stop
     that whole group (``mlflow ui`` starts a server with worker processes: SIGTERM, then SIGKILL
-    after 10 s). Returns its exit code, 0 when stopped by a signal, or 2 on bad params / a remote
-    tracking server / a conflicting ``MLFLOW_TRACKING_URI``.
+    after 10 s). ``port`` None: a free one (:func:`lab.engine.ports.free_port`: on a shared machine
+    another checkout's UI may hold 5000, and its URL would show that checkout's runs). Returns 0
+    when stopped by a signal; 2 on bad params / a remote tracking server / a conflicting
+    ``MLFLOW_TRACKING_URI`` / a port already taken; MLflow's own exit code (1 if it was 0) when it
+    exits by itself (it cannot bind, or fails to start), with the reason on stderr.
     """
     import os
     import signal
@@ -155,6 +158,20 @@ def ui(params_file: str | None, port: int) -> int:
     except TrackingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    import socket
+
+    from lab.engine.ports import free_port
+
+    if port is None:
+        port = free_port()
+    with socket.socket() as sock:  # MLflow's own bind error comes after the URL is printed
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            print(f"error: cannot serve the MLflow UI on 127.0.0.1:{port}: {exc.strerror or exc} (another "
+                  f"checkout's `lab ui` or another server holds it; its URL would show that server's runs). "
+                  f"Fix: `lab ui` without --port takes a free port, or choose another --port", file=sys.stderr)
+            return 2
     base = f"http://127.0.0.1:{port}"
     view = None
     if exp_id:
@@ -176,9 +193,14 @@ def ui(params_file: str | None, port: int) -> int:
 
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        return proc.wait()
+        rc = proc.wait()
     except KeyboardInterrupt:
         return 0
+    else:  # MLflow ends by itself only when it failed (a bind lost to a race, a bad store): say so
+        print(f"error: the MLflow UI exited by itself (exit code {rc}) and no longer serves {base}; its "
+              f"reason is in the lines above. Fix: if the port was taken, run `lab ui` without --port",
+              file=sys.stderr)
+        return rc or 1
     finally:
         for s in old:  # a second signal must not cut the group's stop short
             signal.signal(s, signal.SIG_IGN)
@@ -322,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     p_sum = sub.add_parser("summary", help="print the last comparison as a table (reports/summary.csv)")
     p_sum.add_argument("--reports", type=Path, default=None, help="reports directory (default <repo>/reports)")
     p_ui = sub.add_parser("ui", help="MLflow UI on 127.0.0.1, opening the experiment's runs table")
-    p_ui.add_argument("--port", type=int, default=5000)
+    p_ui.add_argument("--port", type=int, default=None, help="default: a free port (a shared machine)")
     p_ui.add_argument("--params", default=None)
     p_sw = sub.add_parser("sweep", help="expand the sweep section into modes (docs/sweeps.md)")
     p_sw.add_argument("--params", default=None, help="params file (default <repo>/params.yaml)")

@@ -33,17 +33,37 @@ class CompareError(RuntimeError):
     """A mode's results are missing or marked failed; the message names the mode and the fix."""
 
 
+def _read_result(path: Path, stage: str) -> dict[str, Any]:
+    """One ``result.json``, or :class:`CompareError` naming the file, what is wrong with it and the
+    stage that rewrites it (a file cut short by a full disk or a killed copy is not JSON).
+
+    :raises CompareError: the file is not complete UTF-8 JSON, or not a JSON object.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        what = f"{exc.msg} at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) \
+            else f"not UTF-8: {exc.reason} at byte {exc.start}"
+        raise CompareError(f"{path} is not a complete result ({what}; {path.stat().st_size} bytes: cut short, e.g. "
+                           f"by a full disk or an interrupted copy). Fix: re-run that mode, `dvc repro -f {stage}`"
+                           ) from None
+    if not isinstance(data, dict):
+        raise CompareError(f"{path} holds a JSON {type(data).__name__}, not a result object. "
+                           f"Fix: re-run that mode, `dvc repro -f {stage}`")
+    return data
+
+
 def load_results(results_dir: Path, modes: list[str]) -> dict[str, dict[str, Any]]:
     """``mode -> result.json`` (the full record of :func:`lab.pipeline.bench.run_mode`) for every mode.
 
-    :raises CompareError: a result file is missing or its status is not ``ok``.
+    :raises CompareError: a result file is missing, not complete JSON, or its status is not ``ok``.
     """
     out = {}
     for mode in modes:
         path = results_dir / mode / "result.json"
         if not path.is_file():
             raise CompareError(f"{path} missing. Fix: run `dvc repro bench@{mode}` first")
-        data = json.loads(path.read_text())
+        data = _read_result(path, f"bench@{mode}")
         if data.get("status") != "ok":
             raise CompareError(f"mode {mode} failed ({data.get('error', 'no error recorded')}); its "
                                f"log is {results_dir / mode / 'server.log'}. Fix the cause and re-run "
@@ -64,7 +84,7 @@ def load_launches(results_dir: Path, modes: list[str], launches: int) -> dict[st
             if not path.is_file():
                 raise CompareError(f"{path} missing (launch {n} of bench.launches {launches}). "
                                    f"Fix: run `dvc repro {launch_stage(mode, n)}` first")
-            data = json.loads(path.read_text())
+            data = _read_result(path, launch_stage(mode, n))
             if data.get("status") != "ok":
                 raise CompareError(f"mode {mode} launch {n} failed ({data.get('error', 'no error recorded')}); its "
                                    f"log is {d / 'server.log'}. Fix the cause and re-run "

@@ -228,6 +228,9 @@ class BenchParams(Strict):
     dataset_columns: DatasetColumns | None = None
     dataset_category: str | None = None       # fixed category of a single-task set, e.g. math
     num_prompts: int = Field(8, ge=1)
+    # more requests per repeat than the dataset has prompts: refused (lab/workload/sources.py
+    # check_prompt_count) unless true, when each pass over the set is a fresh permutation
+    repeat_prompts: bool = False
     max_new_tokens: int = Field(64, ge=2)
     concurrency: list[int] = Field(default_factory=lambda: [1, 8])
     warmup_requests: int = Field(2, ge=0)

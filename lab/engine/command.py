@@ -135,6 +135,7 @@ def build_server_command(
     ground_truth_file: str | os.PathLike[str] | None = None,
     python: str = sys.executable,
     prompt_file: str | os.PathLike[str] | None = None,
+    port: int | None = None,
 ) -> ServerCommand:
     """The engine launch for ``mode_name`` under ``params.engine``.
 
@@ -142,10 +143,17 @@ def build_server_command(
     :param python: the interpreter that runs the server.
     :param prompt_file: emulator only: the JSONL prompt file whose categories set per-category
         acceptance (``--emulator-prompt-categories``, :mod:`lab.emulator.categories`).
+    :param port: listen here instead of ``server.port``: what a launch passes,
+        :func:`lab.engine.ports.launch_port` (a free port for the emulator when ``server.port`` is
+        not set); read the URL from the command (``base_url``), not from params.
     :returns: a :class:`ServerCommand` (argv list + added environment).
     :raises ParamsError: unknown mode.
     """
     mode = params.mode(mode_name)
+    if port is not None and port != params.server.port:
+        server = params.server.model_copy(update={"port": port})
+        server.__pydantic_fields_set__.add("port")
+        params = params.model_copy(update={"server": server})
     flags = server_flags(params, mode_name)
     env = dict(BASE_ENV)
     env.update(params.server.env)

@@ -4,8 +4,9 @@ from __future__ import annotations
 import random
 import socket
 from pathlib import Path
+from typing import Any
 
-__all__ = ["free_port"]
+__all__ = ["free_port", "port_is_explicit", "launch_port"]
 
 
 def free_port() -> int:
@@ -32,3 +33,29 @@ def free_port() -> int:
     with socket.socket() as sock:  # nothing free below the range: any free port
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def port_is_explicit(server: Any) -> bool:
+    """Whether ``server.port`` was given (in params.yaml, an override, or ``LAB_SERVER_PORT``,
+    :data:`lab.config.loading.SERVER_PLACEMENT_ENV`) rather than left at the schema's default.
+
+    :param server: a :class:`lab.config.schema.ServerParams` (pydantic: ``model_fields_set``).
+    """
+    return "port" in server.model_fields_set
+
+
+def launch_port(params: Any) -> int:
+    """The port an engine launch listens on: ``server.port`` when given, or for an engine the lab
+    models itself (the emulator) a fresh :func:`free_port` when not, so two checkouts on one shared
+    machine do not both ask for 30000. Real SGLang keeps the schema's default, SGLang's own
+    (30000, ``sglang/srt/server_args.py`` ``port: int = 30000``), when none is given: a taken port
+    then fails fast in the preflight with its fix.
+
+    :param params: a :class:`lab.config.schema.LabParams`.
+    :returns: a TCP port number.
+    """
+    from lab.engine.registry import engine_for
+
+    if port_is_explicit(params.server) or engine_for(params).params_section != "emulator":
+        return params.server.port
+    return free_port()

@@ -352,14 +352,20 @@ def weights_check(label: str, path: str) -> Check:
 
 def _cheap_checks(params: LabParams, results_dir: Path) -> list[Check]:
     from lab.workload.dataset import DatasetError
-    from lab.workload.sources import load_bench_prompts
+    from lab.workload.sources import check_prompt_count, load_bench_prompts
     from lab.engine.process import ServerError, check_port_free
 
     checks = []
     s = params.server
+    from lab.engine.ports import port_is_explicit
+    from lab.engine.registry import engine_for
+
     try:
-        check_port_free(s.host, s.port)
-        checks.append(Check("port", OK, f"{s.host}:{s.port} is free"))
+        if not port_is_explicit(s) and engine_for(params).params_section == "emulator":
+            checks.append(Check("port", OK, "server.port not set: the emulator takes a free port at launch"))
+        else:
+            check_port_free(s.host, s.port)
+            checks.append(Check("port", OK, f"{s.host}:{s.port} is free"))
     except ServerError as exc:
         checks.append(Check("port", FAIL, str(exc).split(". Fix:")[0],
                             f"stop that process or set server.port (for this run only, leaving params.yaml and "
@@ -373,9 +379,11 @@ def _cheap_checks(params: LabParams, results_dir: Path) -> list[Check]:
                         "free disk space where results/ lives"))
     try:
         n = len(load_bench_prompts(params.bench, repo_root())[0])  # a file, or a Hugging Face id
+        check_prompt_count(params.bench, n)
         checks.append(Check("dataset", OK, f"{params.bench.dataset}: {n} prompts"))
     except DatasetError as exc:
-        checks.append(Check("dataset", FAIL, str(exc).split(". Fix:")[0], "see bench.dataset in params.yaml"))
+        cause, _, fix = str(exc).partition(". Fix: ")
+        checks.append(Check("dataset", FAIL, cause, fix or "see bench.dataset in params.yaml"))
     return checks
 
 

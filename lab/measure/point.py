@@ -130,6 +130,26 @@ def check_alive(srv, where: str, out: Path, recs: list[dict[str, Any]] | None = 
                          f"see {out / 'server.log'}")
 
 
+def _ask(srv, fetch, path: str, where: str, out: Path) -> Any:
+    """``fetch(srv.base_url + path)`` (:func:`lab.measure.client.fetch_text` / ``fetch_json``); a
+    connection reset or refused (the engine killed, e.g. SIGKILL or the OOM killer) becomes
+    :func:`check_alive`'s "engine died (exit code ...)" with its log tail, not a bare
+    ``ConnectionResetError``.
+
+    :raises BenchError: the engine died, or its process runs but does not answer ``path``.
+    """
+    import http.client
+
+    try:
+        return fetch(srv.base_url + path)
+    except (OSError, http.client.HTTPException) as exc:
+        try:
+            check_alive(srv, where, out, [{"error": "connection failed"}])  # dead within 2 s, or refused
+        except BenchError as cause:
+            raise BenchError(f"{cause} [GET {path}: {type(exc).__name__}: {exc}]") from None
+        raise
+
+
 def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], speculative: bool, out: Path,
                   req_file: IO[str], result: ModeResult, log=print,
                   count: TokenCount = estimate_tokens) -> dict[str, Any]:
@@ -148,13 +168,15 @@ def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], spe
         ``crosscheck``, ``hygiene``, ``gpu_telemetry``, ``concurrency``, ``repeat``,
         ``context_tokens``, ``max_new_tokens``, ``point``, ``request_rate`` and
         :func:`lab.measure.goodput.run_load_metrics`): one ``runs.json`` row.
-    :raises BenchError: the engine died or refused connections, or no request succeeded.
+    :raises BenchError: the engine died or refused connections (also on its ``/metrics`` or
+        ``/server_info``: "engine died", not a bare ``ConnectionResetError``), or no request succeeded.
     """
     b, mode, c = bench, result.mode, point.concurrency
     texts = [(i, pad_prompt(t, point.context_tokens, count)) for i, t in workload(prompts, b.num_prompts, b.seed + rep)]
     lengths = output_lengths(len(texts), point.output_tokens, b.output_tokens_spread, b.seed + rep)
-    prom0 = client.fetch_text(srv.base_url + "/metrics")
-    info0 = client.fetch_json(srv.base_url + "/server_info")
+    where = f"{mode} c={c} repeat {rep}"
+    prom0 = _ask(srv, client.fetch_text, "/metrics", where, out)
+    info0 = _ask(srv, client.fetch_json, "/server_info", where, out)
     log_window = LogWindow(out / "server.log")
     with GpuSampler(TELEMETRY_INTERVAL_S) as gpu:
         recs = client.run_requests_sync(
@@ -169,10 +191,10 @@ def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], spe
                                 max_new_tokens=point.output_tokens, point=point.key,
                                 request_rate=point.request_rate))
     result.add_telemetry(gpu.step_metrics())
-    check_alive(srv, f"{mode} c={c} repeat {rep}", out, recs)
+    check_alive(srv, where, out, recs)
     server = window_server_timing(
-        prom0, client.fetch_text(srv.base_url + "/metrics"), info0,
-        client.fetch_json(srv.base_url + "/server_info"), log_window.read(), speculative=speculative)
+        prom0, _ask(srv, client.fetch_text, "/metrics", where, out), info0,
+        _ask(srv, client.fetch_json, "/server_info", where, out), log_window.read(), speculative=speculative)
     window = measured_window_s(recs)
     if not window or not any(r["ok"] for r in recs):
         # all failed: a summary would read as a (zero-throughput) result

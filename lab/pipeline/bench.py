@@ -35,6 +35,7 @@ from lab.analysis.aggregate import aggregate_levels, ground_truth, headline
 from lab.analysis.load import load_settings
 from lab.config import LabParams, repo_root
 from lab.engine.command import build_server_command
+from lab.engine.ports import launch_port
 from lab.engine.registry import engine_for, provenance
 from lab.measure import hygiene
 from lab.measure.point import measure_point, measurement_points
@@ -45,7 +46,7 @@ from lab.tracking.params_log import mode_run_params
 from lab.tracking.record import log_engine, record
 from lab.tracking.runs import TrackingError, run_tags
 from lab.tracking.tracker import Tracker
-from lab.workload.sources import dataset_params, emulator_prompt_file, load_bench_prompts
+from lab.workload.sources import check_prompt_count, dataset_params, emulator_prompt_file, load_bench_prompts
 from lab.engine.tokenizer import token_counter
 
 __all__ = ["run_mode", "launch_setup"]
@@ -73,12 +74,13 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
     params.mode(mode_name)  # unknown mode: fail before anything else
     check_writable(out)
     prompts, dataset_info = load_bench_prompts(params.bench, root)  # file or HF id (lab/workload/sources.py)
+    check_prompt_count(params.bench, len(prompts))  # no silent cycling past the dataset
     tracker = Tracker.from_params(params, root)  # this stage's MLflow client and parent run
     of = params.bench.launches
     run = tracker.open_run(mode_run_name(params, mode_name) + (f" | launch {launch}/{of}" if of > 1 else ""),
                            {**run_tags(params, mode=mode_name), "launch": str(launch)}, base=out)
     truth_path = out / "ground_truth.jsonl" if engine_for(params).ground_truth else None
-    cmd = build_server_command(params, mode_name, ground_truth_file=truth_path,
+    cmd = build_server_command(params, mode_name, ground_truth_file=truth_path, port=launch_port(params),
                                prompt_file=emulator_prompt_file(params.bench, prompts, root, out) if engine_for(params).modelled else None)
     res = ModeResult(mode=mode_name, engine=params.engine, provenance=provenance(params, mode_name), launch=launch,
                      launches=of, mlflow_run_id=run.run_id, server_command=cmd.display(), dataset=dataset_info)

@@ -39,6 +39,7 @@ from typing import Any
 
 from lab.config import ParamsError, load_params, repo_root
 from lab.engine.command import build_server_command
+from lab.engine.ports import launch_port
 from lab.engine.process import ServerError, ServerProcess, stop_stale_servers
 from lab.engine.startup import StartupTracker
 from lab.engine.synthetic import write_model
@@ -90,7 +91,7 @@ def capture_mode(params, mode: str, out: Path, *, requests: int = 8, concurrency
     out.mkdir(parents=True, exist_ok=True)
     b = params.bench
     prompts, _ = load_bench_prompts(b, repo_root())
-    cmd = build_server_command(params, mode)
+    cmd = build_server_command(params, mode, port=launch_port(params))
     launch: dict[str, Any] = {"mode": mode, "argv": redact_argv(cmd.argv), "env": redact_env(cmd.env),
                               "engine": params.engine}
     t0 = time.perf_counter()

@@ -197,15 +197,30 @@ def run_stage(build: Callable[[LabParams], Stage], params_file: str | None = Non
         cell = getattr(error, "ename", None)  # papermill's error: the failing cell's exception
         detail = tracking_cause(tracking) if tracking else _short(
             f"{cell}: {getattr(error, 'evalue', '')}" if cell else f"{type(error).__name__}: {error}")
-        raise StageFailed(f"stage {name} failed ({detail}); " + _where_partial(work, out_dir, root, complete)) from None
+        raise StageFailed(failure_message(name, detail, _where_partial(work, out_dir, root, complete))) from None
     return final
 
 
-def _short(text: str, limit: int = 400) -> str:
-    """``text`` up to its first line break and ``limit`` characters (papermill's error holds
-    the cell's traceback; the executed notebook keeps it whole)."""
-    head = text.strip().split("\n", 1)[0]
-    return head if len(head) <= limit else head[:limit] + " ..."
+def _short(text: str, limit: int = 4000) -> str:
+    """The failing cell's exception message, ``text``, whole up to ``limit`` characters (papermill's
+    ``evalue`` is the message alone, its traceback is apart: a message of several lines, such as
+    the preflight's table, is the reason, not noise; the executed notebook keeps everything)."""
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def failure_message(name: str, detail: str, where: str) -> str:
+    """``stage <name> failed (<reason>); <where>``; a reason of several lines (the preflight's
+    table after "preflight failed before launching the engine:") follows on its own lines, so
+    nothing after its first line's colon is lost.
+
+    :param name: the stage (``bench@<mode>``). :param detail: ``<Exception>: <message>``.
+    :param where: what the attempt left and where (:func:`_where_partial`).
+    """
+    head, _, rest = detail.partition("\n")
+    if not rest.strip():
+        return f"stage {name} failed ({head}); {where}"
+    return f"stage {name} failed ({head.rstrip().rstrip(':')}: the reason follows); {where}\n{rest.rstrip()}"
 
 
 def _tracking_failure(error: BaseException | None) -> str | None:

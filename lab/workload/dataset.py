@@ -108,7 +108,7 @@ def load_prompts(path: str | os.PathLike[str]) -> list[Prompt]:
 
     :param path: the ``.jsonl`` file (blank lines are skipped).
     :returns: the prompts in file order (length >= 1).
-    :raises DatasetError: file missing, empty, malformed JSON at line N, missing or invalid
+    :raises DatasetError: file missing, empty, not UTF-8 at line N, malformed JSON at line N, missing or invalid
         keys at line N, or a duplicate id; the message names the line and the fix.
     """
     p = Path(path)
@@ -119,11 +119,19 @@ def load_prompts(path: str | os.PathLike[str]) -> list[Prompt]:
         )
     prompts: list[Prompt] = []
     seen: dict[str, int] = {}
-    with p.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with p.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            where = f"{p}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetError(
+                    f"{where}: not UTF-8 text at line {lineno} (byte {exc.start} of the line, "
+                    f"{raw[exc.start:exc.start + 4]!r}: {exc.reason}). Fix: save the file as UTF-8, "
+                    f"e.g. `iconv -f latin1 -t utf-8 {p} > fixed.jsonl` (latin1: the encoding it was written in)"
+                ) from None
             if not line.strip():
                 continue
-            where = f"{p}:{lineno}"
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:

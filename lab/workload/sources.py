@@ -164,6 +164,24 @@ def load_bench_prompts(bench: Any, root: str | os.PathLike[str] | None = None,
     return prompts, info
 
 
+def check_prompt_count(bench: Any, available: int) -> None:
+    """Refuse ``bench.num_prompts`` above the dataset's prompt count unless
+    ``bench.repeat_prompts`` says to send prompts more than once per repeat
+    (:func:`lab.workload.dataset.workload_indices` cycles, a fresh permutation per pass): a
+    repeated prompt hits SGLang's prefix cache, so the run would not measure what its count says.
+
+    :param bench: :class:`lab.config.BenchParams`. :param available: prompts the dataset holds.
+    :raises DatasetError: naming both counts and the two fixes.
+    """
+    if bench.num_prompts > available and not getattr(bench, "repeat_prompts", False):
+        raise DatasetError(
+            f"bench.num_prompts is {bench.num_prompts} but the dataset {bench.dataset} has {available} prompts: "
+            f"each repeat would send {bench.num_prompts - available} of them twice (a repeated prompt is served "
+            f"from SGLang's prefix cache). Fix: set bench.num_prompts to at most {available} "
+            f"(`dvc exp run -S bench.num_prompts={available}`), use a larger dataset, or set "
+            f"bench.repeat_prompts: true to cycle through the prompts on purpose")
+
+
 def write_prompts(prompts: Iterable[Prompt], path: str | os.PathLike[str]) -> Path:
     """Write prompts as a JSONL prompt file (:func:`lab.workload.dataset.load_prompts` reads it
     back unchanged): e.g. a Hugging Face set materialized for the emulator. Returns the path."""

@@ -51,3 +51,56 @@ def test_lab_ui_stops_its_whole_process_group_on_a_signal(tmp_path, sig):
     for pid in left:  # never leave one behind, even when the test fails
         os.kill(pid, signal.SIGKILL)
     assert left == [] and port_free(port)
+
+
+def _ui_params(tmp_path):
+    import yaml
+
+    from shared import ROOT
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["mlflow"] = {"tracking_uri": f"sqlite:///{tmp_path / 'm.db'}", "experiment": "ui-test"}
+    pfile = tmp_path / "params.yaml"
+    pfile.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return pfile
+
+
+def test_lab_ui_refuses_a_taken_port_at_once_naming_the_fix(tmp_path, capsys):
+    """Issue 34: with another checkout's UI on the port, `lab ui` printed a URL to it and exited 0."""
+    import socket
+
+    from lab.cli import ui
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        t0 = time.monotonic()
+        assert ui(str(_ui_params(tmp_path)), port) == 2
+    assert time.monotonic() - t0 < 30
+    err = capsys.readouterr().err
+    assert f"127.0.0.1:{port}" in err and "Fix: `lab ui` without --port" in err
+
+
+def test_lab_ui_exits_non_zero_when_mlflow_exits_by_itself(tmp_path, capsys, monkeypatch):
+    """MLflow losing the bind (or failing otherwise) after the URL is printed: non-zero, with why.
+    (A stand-in for `mlflow ui` that exits 0 at once, as the issue saw; the port default is a free one.)"""
+    import subprocess
+    import sys
+
+    from lab import cli
+
+    seen = {}
+    real = subprocess.Popen
+
+    def fake(cmd, **kw):
+        seen["cmd"] = cmd
+        return real([sys.executable, "-c", "pass"], **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", fake)
+    assert cli.ui(str(_ui_params(tmp_path)), None) == 1
+    port = int(seen["cmd"][seen["cmd"].index("--port") + 1])
+    assert port != 5000
+    out = capsys.readouterr()
+    assert f"127.0.0.1:{port}" in out.out
+    assert "exited by itself (exit code 0)" in out.err

@@ -26,7 +26,7 @@ from reliability_util import ROOT, engines_on, free_port, lost_results, port_fre
 
 pytestmark = pytest.mark.integration
 
-LONG_BENCH = {"num_prompts": 400, "max_new_tokens": 64, "concurrency": [1], "warmup_requests": 0,
+LONG_BENCH = {"num_prompts": 400, "repeat_prompts": True, "max_new_tokens": 64, "concurrency": [1], "warmup_requests": 0,
               "repeats": 1, "request_timeout_s": 600}
 
 

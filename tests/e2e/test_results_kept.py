@@ -109,7 +109,7 @@ def test_interrupted_measuring_stage_keeps_the_previous_results_byte_for_byte(re
     files = _snapshot(repo)
     p = _params(repo)
     saved = dict(p["bench"])
-    p["bench"].update(num_prompts=400, max_new_tokens=64)  # long enough to interrupt mid-measurement
+    p["bench"].update(num_prompts=400, repeat_prompts=True, max_new_tokens=64)  # long enough to interrupt mid-measurement
     _write_params(repo, p)
     dvc = str(Path(sys.executable).with_name("dvc"))
     env = {**dvc_env(), "SHELL": "/bin/sh"}
