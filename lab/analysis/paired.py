@@ -178,8 +178,8 @@ def paired_speedup(base: Iterable[Mapping[str, Any]], other: Iterable[Mapping[st
     finite = math.isfinite(lo) and math.isfinite(hi)
     out.update(ratio=ratio, ci95_lo=lo if finite else None, ci95_hi=hi if finite else None,
                verdict=stats.verdict(ratio, lo, hi))
-    if not finite and len(clusters) >= 2:
-        out["note"] = f"the same ratio in every {unit}: no spread, no interval"
+    if not finite:
+        out["note"] = f"one {unit} only: no spread, no interval, no verdict"
     return out
 
 

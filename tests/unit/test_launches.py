@@ -119,9 +119,13 @@ def test_launch_means_are_the_units_known_numbers():
 def test_borrowed_interval_known_numbers_and_label():
     r = welch_speedup([[80.0, 80.1, 80.2]], [[96.0, 96.1, 96.2]],
                       spreads=(Spread(0.02, 5), Spread(0.03, 4)))
-    se = math.sqrt(0.02 ** 2 + 0.03 ** 2)
-    df = se ** 4 / (0.02 ** 4 / 4 + 0.03 ** 4 / 3)
     from scipy import stats as st
+
+    from lab.analysis.stats import resolution_var
+
+    fl = resolution_var()  # the resolution floor on each side (issue 32)
+    se = math.sqrt(0.02 ** 2 + 0.03 ** 2 + 2 * fl)
+    df = se ** 4 / ((0.02 ** 2 + fl) ** 2 / 4 + (0.03 ** 2 + fl) ** 2 / 3)
 
     half = st.t.ppf(0.975, df) * se
     assert r.ratio == pytest.approx(96.1 / 80.1)

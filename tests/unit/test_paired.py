@@ -93,7 +93,7 @@ def test_mismatched_or_failed_requests_are_counted_not_paired():
             {"point": "c1", "repeat": 0, "slot": 2, "prompt_index": 2, "decode_tok_s": None}]  # failed
     p = paired_speedup(base, spec, "c1")
     assert p["n_pairs"] == 1 and p["unmatched"] == 3 and p["ratio"] == pytest.approx(1.2)
-    assert p["ci95_lo"] is None and p["verdict"] == "not distinguishable"
+    assert p["ci95_lo"] is None and p["verdict"] is None and "no verdict" in p["note"]
     assert paired_speedup(base, [], "c1")["ratio"] is None
 
 
