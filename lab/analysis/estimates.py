@@ -25,11 +25,16 @@ from typing import Any, Mapping
 
 from lab.analysis import stats
 
-__all__ = ["no_verdict_note", "finite_or_none", "Estimate", "Ratio", "verdict_column", "WITHIN_ONE_LAUNCH", "across_launches", "borrowed_from"]
+__all__ = ["NO_LAUNCH_SPREAD", "no_verdict_note", "finite_or_none", "Estimate", "Ratio", "verdict_column", "WITHIN_ONE_LAUNCH", "across_launches", "borrowed_from"]
 
 #: The scope of an interval over the repeats of one engine launch per mode: it carries no
 #: launch-to-launch variation (clocks, memory layout, graph capture, NCCL rings).
 WITHIN_ONE_LAUNCH = "within one launch"
+
+
+#: Why a one-launch ratio has no verdict word (issue 32; :func:`lab.analysis.launches.withhold`).
+NO_LAUNCH_SPREAD = ("no verdict: one launch per mode and no launch-to-launch spread measured for this "
+                    "configuration (run `lab launches 3`)")
 
 
 def across_launches(n: int) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 
 
 from lab.analysis import stats
-from lab.analysis.estimates import Ratio, across_launches, finite_or_none, no_verdict_note
+from lab.analysis.estimates import NO_LAUNCH_SPREAD, Ratio, across_launches, finite_or_none, no_verdict_note
 from lab.catalog import speedup_key
 
 __all__ = ["load_settings", "pareto_front", "goodput_speedup", "goodput_speedup_launches", "beats_up_to",
@@ -81,7 +81,8 @@ def goodput_speedup_launches(base: Sequence[Sequence[float]], other: Sequence[Se
     every goodput > 0) gives the per-repeat log ratios averaged per launch round and a t-interval
     across rounds (:func:`lab.analysis.stats.cluster_log_ratio_ci`); otherwise Welch over the
     launch means (:func:`goodput_speedup` on them). Scope "across N launches". One launch:
-    :func:`goodput_speedup` over the repeats, scope "within one launch".
+    :func:`goodput_speedup` over the repeats, scope "within one launch", and no verdict word
+    (:data:`lab.analysis.launches.NO_LAUNCH_SPREAD`: no launch-to-launch spread in it).
 
     :param rel_resolution: as :func:`goodput_speedup`.
     :returns: :func:`goodput_speedup`'s dict plus ``scope`` and ``unit`` (``launch``/``repeat``).
@@ -104,6 +105,8 @@ def goodput_speedup_launches(base: Sequence[Sequence[float]], other: Sequence[Se
                 "unit": "launch"}
     out = goodput_speedup([v for g in base for v in g], [v for g in other for v in g], paired=paired,
                           rel_resolution=rel_resolution)
+    if out.get("ratio") is not None:  # one launch: no launch spread, no verdict word (issue 32)
+        out = {**out, "verdict": None, "note": f"{out['note']}; {NO_LAUNCH_SPREAD}" if out.get("note") else NO_LAUNCH_SPREAD}
     return {**out, "scope": across_launches(1), "unit": "repeat"}
 
 
@@ -165,7 +168,8 @@ def _unpaired(base: Sequence[float], other: Sequence[float], rel_resolution: flo
 def beats_up_to(verdicts: Mapping[float, str]) -> dict[str, Any]:
     """Summarise goodput verdicts per rate (req/s -> "faster" / "slower" / "not distinguishable").
 
-    :returns: ``{"up_to_req_s": N or None, "beats": [rates], "worse": [rates], "ties": [rates]}``:
+    :returns: ``{"up_to_req_s": N or None, "beats": [rates], "worse": [rates], "ties": [rates],
+        "unjudged": [rates without a verdict word]}``:
         N is the highest rate such that the verdict is "faster" at every measured rate up to and
         including N (so "beats up to N req/s" holds at each of them); None when the lowest rate
         is not "faster".
@@ -178,7 +182,8 @@ def beats_up_to(verdicts: Mapping[float, str]) -> dict[str, Any]:
         up_to = r
     return {"up_to_req_s": up_to, "beats": [r for r in rates if verdicts[r] == "faster"],
             "worse": [r for r in rates if verdicts[r] == "slower"],
-            "ties": [r for r in rates if verdicts[r] == "not distinguishable"]}
+            "ties": [r for r in rates if verdicts[r] == "not distinguishable"],
+            "unjudged": [r for r in rates if not verdicts[r]]}
 
 
 def slo_text(slo: Mapping[str, Any]) -> str:
@@ -223,6 +228,8 @@ def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, Any], slo:
         detail.append(f"not distinguishable (interval includes 1) at {_rates(b['ties'], speedups)}")
     if b["worse"]:
         detail.append(f"worse (interval below 1) at {_rates(b['worse'], speedups)}")
+    if b["unjudged"]:  # no verdict word (issue 32): each rate's note says why
+        detail.append(f"no verdict at {_rates(b['unjudged'], speedups)}")
     scopes = {v.get("scope") for v in verdicts.values() if isinstance(v, Mapping)} - {None}
     if len(scopes) == 1:  # what the goodput intervals span, e.g. "within one launch"
         at += f" [{scopes.pop()}]"
@@ -233,6 +240,8 @@ def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, Any], slo:
                 f"lower rate {at}")
     elif b["worse"]:
         head = f"{mode} does not beat {baseline} at any measured rate {at}"
+    elif b["unjudged"] and not b["ties"]:
+        head = f"{mode} against {baseline}: no goodput verdict at any measured rate {at}"
     else:
         head = f"{mode} is not distinguishable from {baseline} at any measured rate {at}"
     return f"{head}: {'; '.join(detail)}."
@@ -300,7 +309,8 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
                                                  [g["goodput_req_s"].tolist() for g in ml], paired=same,
                                                  rel_resolution=1.0 / n_req)  # one request of a repeat's
                     if s.get("ratio") is not None and _all_good(base) and _all_good(sub):
-                        s["note"] = "every request met the SLO in every repeat of both modes: a ceiling, not a measured tie"
+                        ceiling = "every request met the SLO in every repeat of both modes: a ceiling, not a measured tie"
+                        s["note"] = f"{ceiling}; {s['note']}" if s.get("note") else ceiling
                     k = speedup_key("goodput_req_s", "per_repeat")
                     entry[k] = s
                     row.update(Ratio.from_dict(s).columns(k))

@@ -127,7 +127,10 @@ def mode_headline(comparison: dict[str, Any], mode: str) -> dict[str, Any] | Non
     lo, hi = _num(s.get("ci95_lo")), _num(s.get("ci95_hi"))
     scope = scope_of(s, comparison, mode)
     ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else " (no interval)"
-    text = f"{s['ratio']:.2f}x {s.get('verdict') or 'not judged'} at {point}{ci}, {scope}"
+    if s.get("verdict"):
+        text = f"{s['ratio']:.2f}x {s['verdict']} at {point}{ci}, {scope}"
+    else:  # no verdict word (issue 32): the estimate, and why there is no word
+        text = f"{s['ratio']:.2f}x at {point}{ci}, {scope}; {s.get('note') or 'no verdict'}"
     return {"point": point, "ratio": s["ratio"], "ci95_lo": lo, "ci95_hi": hi, "verdict": s.get("verdict"),
             "scope": scope, "text": text, "others": [(p, o.get("verdict"), o["ratio"]) for p, o in rest]}
 

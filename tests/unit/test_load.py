@@ -347,7 +347,9 @@ def test_add_load_goodput_sentence_and_pareto_rows():
     assert e["goodput_req_s"]["mean"] == pytest.approx(4.0) and e["speedup_goodput_req_s"]["paired"]
     # per repeat 1, 1, 4/3.5: the paired geometric mean, its interval includes 1 -> a tie
     assert e["speedup_goodput_req_s"]["ratio"] == pytest.approx((4 / 3.5) ** (1 / 3))
-    assert summary["load"]["sentences"]["eagle3_decode"].startswith("eagle3_decode is not distinguishable from baseline")
+    sentence = summary["load"]["sentences"]["eagle3_decode"]  # one launch: no goodput verdict word (issue 32)
+    assert sentence.startswith("eagle3_decode against baseline: no goodput verdict at any measured rate"), sentence
+    assert "no verdict: one launch per mode" in sentence
     assert flat == {"eagle3_decode.beats_up_to_req_s": 0.0}
     from lab.analysis.comparison import lean_numbers
 
@@ -356,12 +358,12 @@ def test_add_load_goodput_sentence_and_pareto_rows():
         ("baseline", "c1", "concurrency", True), ("baseline", "r4", "rate", True),
         ("eagle3_decode", "c1", "concurrency", True), ("eagle3_decode", "r4", "rate", True)}
     row = next(r for r in summary["rows"] if (r["mode"], r["point"]) == ("eagle3_decode", "r4"))
-    assert row["verdict_goodput_req_s"] == "not distinguishable" and row["request_rate"] == 4.0
+    assert row["verdict_goodput_req_s"] is None and row["request_rate"] == 4.0  # one launch: no word
     assert row["speedup_goodput_req_s_scope"] == "within one launch"
     # c1: every request of every repeat met the SLO in both modes: 1.00x is a ceiling, said so, no interval
     c1 = summary["modes"]["eagle3_decode"]["c1"]["speedup_goodput_req_s"]
     assert c1["ratio"] == 1.0 and c1["ci95_lo"] < 1.0 < c1["ci95_hi"] and "a ceiling" in c1["note"]
-    assert c1["verdict"] == "not distinguishable"
+    assert c1["verdict"] is None and "no verdict: one launch" in c1["note"]
     assert summary["modes"]["eagle3_decode"]["c1"]["slo_attainment"]["ci95_hi"] != summary["modes"][
         "eagle3_decode"]["c1"]["slo_attainment"]["ci95_hi"]  # NaN: no zero-width [1.0, 1.0]
     # no rate point measured: goodput per point still, but no sentence
