@@ -192,7 +192,8 @@ def _groups(sub: pd.DataFrame, name: str) -> list[list[float]]:
     return [g[name].dropna().tolist() for _, g in sub.groupby("launch", sort=True)]
 
 
-def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: str | None) -> dict[str, Any]:
+def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: str | None, *,
+              launch_prior: "lz.Spread | None" = None) -> dict[str, Any]:
     """Per mode and level: mean and 95 % CI of every metric :mod:`lab.catalog` shows in
     ``summary``, and the Welch speedup over the baseline of those it compares that way, with
     the launch means as units when there are two or more launches and the scope of each
@@ -201,6 +202,9 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
     :param results: mode -> launch 1's ``result.json`` (its sentinel history gives a one-launch
         speedup the spread of earlier launches).
     :param runs: :func:`runs_frame` (a frame without ``launch`` is one launch).
+    :param launch_prior: the documented launch spread of the engine and profile
+        (:func:`lab.analysis.launches.prior_spread`) that widens a one-launch interval without a
+        verdict word (:func:`lab.analysis.launches.withhold`).
     :returns: ``{"baseline", "modes": {mode: {"c1": {...}}}, "identical_effective_config",
         "notice", "rows": [...]}``; ``rows`` is flat (one per mode x level) for the CSV. An
         entry holds ``launches`` (launches per mode measured at the point), ``interval_scope``
@@ -245,7 +249,8 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
                     if "welch" in m.speedups and m.name in sub and len(base) and m.name in base:
                         r = lz.welch_speedup(_groups(base, m.name), _groups(sub, m.name),
                                              higher_is_better=m.higher_is_better,
-                                             spreads=lz.spreads_for(results, baseline, mode, key, m.name))
+                                             spreads=lz.spreads_for(results, baseline, mode, key, m.name),
+                                             prior=launch_prior)
                         k = catalog.speedup_key(m.name, "welch")
                         entry[k] = r.to_dict()
                         row.update(r.columns(k))

@@ -25,11 +25,16 @@ from typing import Any, Mapping
 
 from lab.analysis import stats
 
-__all__ = ["finite_or_none", "Estimate", "Ratio", "verdict_column", "WITHIN_ONE_LAUNCH", "across_launches", "borrowed_from"]
+__all__ = ["NO_LAUNCH_SPREAD", "no_verdict_note", "finite_or_none", "Estimate", "Ratio", "verdict_column", "WITHIN_ONE_LAUNCH", "across_launches", "borrowed_from"]
 
 #: The scope of an interval over the repeats of one engine launch per mode: it carries no
 #: launch-to-launch variation (clocks, memory layout, graph capture, NCCL rings).
 WITHIN_ONE_LAUNCH = "within one launch"
+
+
+#: Why a one-launch ratio has no verdict word (issue 32; :func:`lab.analysis.launches.withhold`).
+NO_LAUNCH_SPREAD = ("no verdict: one launch per mode and no launch-to-launch spread measured for this "
+                    "configuration (run `lab launches 3`)")
 
 
 def across_launches(n: int) -> str:
@@ -63,6 +68,23 @@ def verdict_column(key: str) -> str:
     """The verdict column of a speedup entry: ``speedup_m`` -> ``verdict_m``,
     ``paired_speedup_m`` -> ``paired_verdict_m``."""
     return key.replace("speedup_", "verdict_", 1)
+
+
+def no_verdict_note(base: Any, other: Any, unit: str = "repeat") -> str | None:
+    """Why a ratio ``mean(other) / mean(base)`` has no interval and so no verdict word (the one
+    rule of :mod:`lab.analysis.stats`): ``"baseline mean 0: a zero denominator, no ratio, no
+    verdict"``, ``"one repeat per mode: no spread, no interval, no verdict"``; None when both
+    sides have two or more positive-mean values (the ratio then has an interval)."""
+    b, o = stats.finite(base), stats.finite(other)
+    if b.size == 0 or o.size == 0:
+        return "no value in a mode: no ratio, no verdict"
+    if not b.mean() > 0:
+        return "baseline mean 0: a zero denominator, no ratio, no verdict"
+    if not o.mean() > 0:
+        return "mean 0 in the compared mode: no ratio on the log scale, no verdict"
+    if min(b.size, o.size) < 2:
+        return f"one {unit} in a mode: no spread, no interval, no verdict"
+    return None
 
 
 @dataclass(frozen=True)
@@ -152,12 +174,11 @@ class Ratio:
     def welch(cls, base: list[float], other: list[float], *, higher_is_better: bool = True,
               scope: str | None = None, unit: str = "repeat") -> "Ratio":
         """``mean(other) / mean(base)`` over units (repeats, or launch means: ``unit``) with
-        :func:`lab.analysis.stats.ratio_ci` and its verdict; bounds None when undefined, and a
-        :attr:`note` when both samples have two or more units and no spread."""
+        :func:`lab.analysis.stats.ratio_ci` and its verdict; bounds None when undefined. Without
+        an interval there is no verdict word and :attr:`note` says why (:func:`no_verdict_note`)."""
         r, lo, hi = stats.ratio_ci(base, other)
-        note = None
-        if math.isfinite(r) and not math.isfinite(lo) and min(len(stats.finite(base)), len(stats.finite(other))) >= 2:
-            note = f"the same value in every {unit} of both modes: no spread, no interval"
+        ok = math.isfinite(lo) and math.isfinite(hi)
+        note = None if ok else no_verdict_note(base, other, unit)
         return cls(finite_or_none(r), finite_or_none(lo), finite_or_none(hi), stats.verdict(r, lo, hi, higher_is_better=higher_is_better),
                    scope=scope, note=note)
 

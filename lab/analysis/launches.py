@@ -29,6 +29,15 @@ The comparison's units, per mode, point and metric (docs/measurement.md, "Launch
   (:func:`lab.analysis.stats.spread_ratio_ci`), scope :func:`borrowed_from`. The earlier
   launches give the spread only; the estimate is this launch's.
 
+**Where a verdict word is said** (issue 32): only where the interval carries launch-to-launch
+noise *measured for this configuration*: two or more launches, or one launch with the spread
+borrowed from its own earlier launches. A one-launch ratio without either keeps its point
+estimate but gets no verdict word (:func:`withhold`, ``note`` :data:`NO_LAUNCH_SPREAD`); where
+the lab documents the launch spread of the engine and cost profile (:data:`LAUNCH_SPREAD_PRIORS`,
+:func:`prior_spread`), its interval is widened with it (scope :func:`assumed_from`) so that
+it covers at its level, and still no word is said: an assumed spread is not this machine's.
+``python benchmarks/verdict_simulation.py`` measures the default's wrong verdicts and coverage.
+
 Pure functions over values already loaded; :mod:`lab.analysis.comparison`, :mod:`lab.analysis.paired`
 and :mod:`lab.analysis.load` call them.
 """
@@ -42,11 +51,11 @@ from pathlib import Path
 from typing import Any
 
 from lab.analysis import stats
-from lab.analysis.estimates import WITHIN_ONE_LAUNCH, Estimate, Ratio, across_launches, borrowed_from
+from lab.analysis.estimates import NO_LAUNCH_SPREAD, WITHIN_ONE_LAUNCH, Estimate, Ratio, across_launches, borrowed_from
 from lab.catalog import interval_kind
 from lab.config.paths import launch_results_dir
 
-__all__ = ["Spread", "launch_dirs", "launch_means", "mean_estimate", "welch_speedup", "borrow", "spreads_for", "WITHIN_ONE_LAUNCH",
+__all__ = ["LAUNCH_SPREAD_PRIORS", "NO_LAUNCH_SPREAD", "prior_spread", "assumed_from", "withhold", "Spread", "launch_dirs", "launch_means", "mean_estimate", "welch_speedup", "borrow", "spreads_for", "WITHIN_ONE_LAUNCH",
            "across_launches", "borrowed_from"]
 
 
@@ -79,6 +88,53 @@ class Spread:
         if mean is None or sd is None or n < 2 or not mean > 0 or not math.isfinite(sd):
             return None
         return cls(float(sd) / float(mean), int(n))
+
+
+#: Launch-to-launch spread of decode tok/s launch means that the lab measured and documents, per
+#: (engine, emulator cost profile): ``(cv, n launches, source)``. Only the emulator's are known;
+#: a real GPU's must be measured there (``lab launches 3``, or the sentinel's history).
+LAUNCH_SPREAD_PRIORS: dict[tuple[str, str], tuple[float, int, str]] = {
+    ("emulator", "kimi_k25_tp8_pcie"): (
+        0.022, 14, "docs/measurement.md section 4: 14 launches judged, benchmarks/sentinel_false_alarms.py"),
+    ("emulator", "fast"): (
+        0.08, 28, "docs/measurement.md section 4: 4-8 % over 28 launches, the upper end taken"),
+}
+
+
+
+def prior_spread(engine: str | None, profile: str | None) -> "Spread | None":
+    """The documented launch spread of ``engine`` with cost profile ``profile``
+    (:data:`LAUNCH_SPREAD_PRIORS`) as a :class:`Spread`, or None where none is documented (every
+    real engine, an unlisted or edited profile path)."""
+    if not engine or not profile:
+        return None
+    hit = LAUNCH_SPREAD_PRIORS.get((str(engine), Path(str(profile)).stem if str(profile).endswith(".json") else str(profile)))
+    return Spread(hit[0], hit[1]) if hit else None
+
+
+def assumed_from(prior: "Spread") -> str:
+    """The scope of a one-launch interval widened with a documented launch spread:
+    ``"launch spread assumed: 2.2 % CV (documented, 14 launches)"``."""
+    return f"launch spread assumed: {prior.cv:.1%} CV (documented, {prior.n} launches)"
+
+
+def withhold(r: Ratio, prior: "Spread | None" = None) -> Ratio:
+    """A one-launch ratio without launch spread measured for its configuration: the point estimate
+    stays, the verdict word goes (``note`` :data:`NO_LAUNCH_SPREAD`). With ``prior`` (the
+    documented spread of its engine and profile, :func:`prior_spread`) the interval is widened to
+    :func:`lab.analysis.stats.spread_ratio_ci` with it on both sides (scope :func:`assumed_from`;
+    ``extra["within_launch_ci95"]`` keeps the one it replaces). Ratios already across launches or
+    borrowed, or without a ratio, come back unchanged."""
+    if r.ratio is None or not r.ratio > 0 or (r.scope and r.scope != WITHIN_ONE_LAUNCH):
+        return r
+    note = NO_LAUNCH_SPREAD if r.note is None else f"{r.note}; {NO_LAUNCH_SPREAD}"
+    if prior is None:
+        return Ratio(r.ratio, r.ci95_lo, r.ci95_hi, None, dict(r.extra), scope=r.scope, note=note)
+    ratio, lo, hi = stats.spread_ratio_ci(r.ratio, [(prior.cv, prior.n), (prior.cv, prior.n)])
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return Ratio(r.ratio, r.ci95_lo, r.ci95_hi, None, dict(r.extra), scope=r.scope, note=note)
+    extra = {**r.extra, "within_launch_ci95": [r.ci95_lo, r.ci95_hi], "assumed_launch_cv": prior.cv}
+    return Ratio(ratio, lo, hi, None, extra, scope=assumed_from(prior), note=note)
 
 
 def launch_means(groups: Sequence[Sequence[float | None]]) -> list[float]:
@@ -114,13 +170,16 @@ def mean_estimate(name: str, groups: Sequence[Sequence[float | None]]) -> Estima
 
 def welch_speedup(base: Sequence[Sequence[float | None]], other: Sequence[Sequence[float | None]], *,
                   higher_is_better: bool = True,
-                  spreads: tuple[Spread | None, Spread | None] | None = None) -> Ratio:
+                  spreads: tuple[Spread | None, Spread | None] | None = None,
+                  prior: Spread | None = None) -> Ratio:
     """``mean(other) / mean(base)`` at one point, from each mode's per-launch values.
 
     Both modes with two or more launches: Welch's log-ratio interval over the launch means,
     scope :func:`across_launches` (the smaller count). Otherwise over the repeats, scope
     :data:`WITHIN_ONE_LAUNCH`; then, when both ``spreads`` (earlier launches of each mode's
-    configuration, :meth:`Spread.from_sentinel`) are given, :func:`borrow` replaces the interval.
+    configuration, :meth:`Spread.from_sentinel`) are given, :func:`borrow` replaces the interval;
+    without them the verdict word is withheld (:func:`withhold`, widened with ``prior``, the
+    documented launch spread of the engine and profile, when given).
 
     :param base, other: ``[[repeat values of launch 1], [... launch 2], ...]``.
     :returns: a :class:`lab.analysis.estimates.Ratio` with ``scope`` and ``extra["unit"]``
@@ -135,7 +194,8 @@ def welch_speedup(base: Sequence[Sequence[float | None]], other: Sequence[Sequen
     flat_b, flat_o = [v for g in base for v in g], [v for g in other for v in g]
     r = Ratio.welch(flat_b, flat_o, higher_is_better=higher_is_better, scope=WITHIN_ONE_LAUNCH)
     r.extra.update(unit="repeat", n_units=[len(stats.finite(flat_b)), len(stats.finite(flat_o))])
-    return borrow(r, spreads, higher_is_better=higher_is_better) if spreads else r
+    b = borrow(r, spreads, higher_is_better=higher_is_better) if spreads else r
+    return withhold(b, prior) if b.scope == WITHIN_ONE_LAUNCH else b
 
 
 def borrow(r: Ratio, spreads: tuple[Spread | None, Spread | None] | None, *, higher_is_better: bool = True) -> Ratio:

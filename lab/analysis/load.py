@@ -14,9 +14,12 @@ repeats do not match), and :func:`lab.analysis.stats.verdict` reads it. With two
 per mode (``bench.launches``) the unit is the launch round instead (the per-repeat log ratios
 averaged within launch k of both modes, a t-interval across rounds:
 :func:`lab.analysis.stats.cluster_log_ratio_ci`), scope "across N launches"; with one, "within one
-launch" (:mod:`lab.analysis.launches`). A ratio that is the same in every unit has no interval
-and no confident verdict: every request meeting the SLO in every repeat of both modes is a
-ceiling (``note``), not a tie measured to three decimals. A mode **beats** the baseline at a
+launch" (:mod:`lab.analysis.launches`). Goodput is counted in whole requests, so each value's
+resolution is one request of a repeat's requests (``1 / requests``, the floor of
+:mod:`lab.analysis.stats`' one rule): a ratio that is the same in every unit gets the
+resolution's interval, not a zero-width one, and every request meeting the SLO in every repeat
+of both modes is said to be a ceiling (``note``), not a tie measured to three decimals. A zero
+goodput in the baseline is a zero denominator: no ratio, no verdict word, a ``note``. A mode **beats** the baseline at a
 rate when that interval lies above 1 ("faster"), is **worse** when it lies below 1, and is
 **not distinguishable** otherwise. "Beats up to N req/s": the mode beats the baseline at every
 measured rate up to and including N (:func:`beats_up_to`).
@@ -30,7 +33,7 @@ from typing import Any
 
 
 from lab.analysis import stats
-from lab.analysis.estimates import Ratio, across_launches, finite_or_none
+from lab.analysis.estimates import NO_LAUNCH_SPREAD, Ratio, across_launches, finite_or_none, no_verdict_note
 from lab.catalog import speedup_key
 
 __all__ = ["load_settings", "pareto_front", "goodput_speedup", "goodput_speedup_launches", "beats_up_to",
@@ -70,7 +73,7 @@ def pareto_front(x: Sequence[float], y: Sequence[float]) -> list[bool]:
 
 
 def goodput_speedup_launches(base: Sequence[Sequence[float]], other: Sequence[Sequence[float]], *,
-                             paired: bool = False) -> dict[str, Any]:
+                             paired: bool = False, rel_resolution: float = stats.REL_RESOLUTION) -> dict[str, Any]:
     """:func:`goodput_speedup` from each mode's per-launch goodputs (``base[k]``: the repeats of
     launch k, in repeat order), with ``scope`` (:mod:`lab.analysis.launches`).
 
@@ -78,8 +81,10 @@ def goodput_speedup_launches(base: Sequence[Sequence[float]], other: Sequence[Se
     every goodput > 0) gives the per-repeat log ratios averaged per launch round and a t-interval
     across rounds (:func:`lab.analysis.stats.cluster_log_ratio_ci`); otherwise Welch over the
     launch means (:func:`goodput_speedup` on them). Scope "across N launches". One launch:
-    :func:`goodput_speedup` over the repeats, scope "within one launch".
+    :func:`goodput_speedup` over the repeats, scope "within one launch", and no verdict word
+    (:data:`lab.analysis.launches.NO_LAUNCH_SPREAD`: no launch-to-launch spread in it).
 
+    :param rel_resolution: as :func:`goodput_speedup`.
     :returns: :func:`goodput_speedup`'s dict plus ``scope`` and ``unit`` (``launch``/``repeat``).
     """
     def launch_means(groups: Sequence[Sequence[float]]) -> list[float]:  # (lab.analysis.launches is no bench dep)
@@ -91,27 +96,32 @@ def goodput_speedup_launches(base: Sequence[Sequence[float]], other: Sequence[Se
         same = len(base) == len(other) and all(len(b) == len(o) for b, o in zip(base, other))
         if paired and same and all(v is not None and v > 0 for v in flat):
             clusters = {k: [math.log(o / b) for b, o in zip(bs, os_)] for k, (bs, os_) in enumerate(zip(base, other))}
-            r, lo, hi = stats.cluster_log_ratio_ci(clusters)
+            r, lo, hi = stats.cluster_log_ratio_ci(clusters, rel_resolution=rel_resolution)
             out = {"ratio": r, "ci95_lo": finite_or_none(lo), "ci95_hi": finite_or_none(hi), "verdict": stats.verdict(r, lo, hi),
                    "paired": True}
         else:
-            out = goodput_speedup(launch_means(base), launch_means(other))
-        return {**_noted(out, "launch round" if out["paired"] else "launch"), "scope": across_launches(min(nb, no)),
+            out = goodput_speedup(launch_means(base), launch_means(other), rel_resolution=rel_resolution)
+        return {**_noted(out, launch_means(base), launch_means(other), "launch"), "scope": across_launches(min(nb, no)),
                 "unit": "launch"}
-    out = goodput_speedup([v for g in base for v in g], [v for g in other for v in g], paired=paired)
+    out = goodput_speedup([v for g in base for v in g], [v for g in other for v in g], paired=paired,
+                          rel_resolution=rel_resolution)
+    if out.get("ratio") is not None:  # one launch: no launch spread, no verdict word (issue 32)
+        out = {**out, "verdict": None, "note": f"{out['note']}; {NO_LAUNCH_SPREAD}" if out.get("note") else NO_LAUNCH_SPREAD}
     return {**out, "scope": across_launches(1), "unit": "repeat"}
 
 
-def _noted(s: dict[str, Any], unit: str) -> dict[str, Any]:
-    """``s`` with a ``note`` when it has a finite ratio but no interval because every ``unit``
-    gave the same value (not when one unit is all there is)."""
-    if s.get("ratio") is not None and math.isfinite(s["ratio"]) and s["ci95_lo"] is None and s.get("_units", 2) >= 2:
-        s = {**s, "note": f"the same goodput ratio in every {unit}: no spread, no interval"}
-    s.pop("_units", None)
+def _noted(s: dict[str, Any], base: Sequence[float], other: Sequence[float], unit: str) -> dict[str, Any]:
+    """``s`` with a ``note`` saying why it has no interval (so no verdict word:
+    :func:`lab.analysis.estimates.no_verdict_note`), when it has none."""
+    if s.get("ci95_lo") is None and "note" not in s:
+        why = no_verdict_note(base, other, unit)
+        if why:
+            s = {**s, "note": why.replace("mean 0", "goodput 0")}
     return s
 
 
-def goodput_speedup(base: Sequence[float], other: Sequence[float], *, paired: bool = False) -> dict[str, Any]:
+def goodput_speedup(base: Sequence[float], other: Sequence[float], *, paired: bool = False,
+                    rel_resolution: float = stats.REL_RESOLUTION) -> dict[str, Any]:
     """Goodput ratio of ``other`` over ``base`` across repeats with its 95 % interval and verdict.
 
     ``paired=True`` (the two lists are the same repeats, in the same order, every goodput > 0):
@@ -119,51 +129,47 @@ def goodput_speedup(base: Sequence[float], other: Sequence[float], *, paired: bo
     (``"paired": True`` in the result). Otherwise ``mean(other) / mean(base)`` with Welch's
     :func:`lab.analysis.stats.ratio_ci`.
 
-    :func:`lab.analysis.stats.ratio_ci` needs positive means; goodput can be 0 (no request met
-    the SLO). Then: both 0 -> a tie (``ratio`` None, verdict "not distinguishable": neither
-    meets the SLO); only the baseline 0 -> "faster" when the other's t-interval lower bound is
-    above 0, only the other 0 -> "slower" when the baseline's is (``ratio`` inf / 0).
+    The one rule of :mod:`lab.analysis.stats`: a baseline goodput of 0 is a zero denominator
+    (``ratio`` None, verdict None, a ``note`` with the other mode's goodput), a single repeat per
+    mode gives no interval and no verdict word; no spread gives the resolution's interval:
+    ``goodput_speedup([4, 4, 4], [3.5, 3.5, 3.5], rel_resolution=1/8)`` is 0.875x with an
+    interval of about +-5 % (one request in 8).
 
-    A sample with no spread gets no interval and no confident verdict
-    (:func:`lab.analysis.stats.mean_ci`): ``goodput_speedup([4, 4, 4], [3.5, 3.5, 3.5])`` is
-    0.875x, "not distinguishable", with a ``note`` saying why.
-
+    :param rel_resolution: one value's relative resolution: ``1 / requests`` of a repeat for
+        goodput counted in whole requests (:func:`lab.analysis.stats.resolution_var`).
     :returns: ``{"ratio", "ci95_lo", "ci95_hi", "verdict", "paired"}`` (bounds None when
-        undefined) and ``note`` when a ratio has no interval for want of spread.
+        undefined) and ``note`` when there is no interval, saying why.
     """
-    n = min(len(stats.finite(base)), len(stats.finite(other)))
     if paired and len(base) == len(other) >= 2 and all(v is not None and v > 0 for v in (*base, *other)):
-        r, lo, hi = stats.log_ratio_ci([math.log(o / b) for b, o in zip(base, other)])
+        r, lo, hi = stats.log_ratio_ci([math.log(o / b) for b, o in zip(base, other)], rel_resolution=rel_resolution)
         return _noted({"ratio": r, "ci95_lo": finite_or_none(lo), "ci95_hi": finite_or_none(hi), "verdict": stats.verdict(r, lo, hi),
-                       "paired": True, "_units": n}, "repeat")
-    return _noted({**_unpaired(base, other), "paired": False, "_units": n}, "repeat of both modes")
+                       "paired": True}, base, other, "repeat")
+    return _noted({**_unpaired(base, other, rel_resolution), "paired": False}, base, other, "repeat")
 
 
-def _unpaired(base: Sequence[float], other: Sequence[float]) -> dict[str, Any]:
-    """:func:`goodput_speedup` without pairing (Welch; the zero cases)."""
+def _unpaired(base: Sequence[float], other: Sequence[float], rel_resolution: float) -> dict[str, Any]:
+    """:func:`goodput_speedup` without pairing (Welch; a zero denominator has no ratio)."""
     b, o = stats.finite(base), stats.finite(other)
     bm = float(b.mean()) if b.size else math.nan
     om = float(o.mean()) if o.size else math.nan
+    none = {"ratio": None, "ci95_lo": None, "ci95_hi": None, "verdict": None}
     if not (math.isfinite(bm) and math.isfinite(om)):
-        return {"ratio": None, "ci95_lo": None, "ci95_hi": None, "verdict": "not distinguishable"}
+        return none
     if bm > 0 and om > 0:
-        r, lo, hi = stats.ratio_ci(b, o)
+        r, lo, hi = stats.ratio_ci(b, o, rel_resolution=rel_resolution)
         return {"ratio": r, "ci95_lo": finite_or_none(lo), "ci95_hi": finite_or_none(hi), "verdict": stats.verdict(r, lo, hi)}
     if bm == 0 and om == 0:
-        return {"ratio": None, "ci95_lo": None, "ci95_hi": None, "verdict": "not distinguishable"}
-    pos, lo_pos = (o, om) if bm == 0 else (b, bm)
-    _, lo, _ = stats.mean_ci(pos)
-    sure = math.isfinite(lo) and lo > 0
+        return {**none, "note": "goodput 0 in both modes (no request met the SLO): no ratio, no verdict"}
     if bm == 0:
-        return {"ratio": math.inf, "ci95_lo": None, "ci95_hi": None,
-                "verdict": "faster" if sure else "not distinguishable"}
-    return {"ratio": 0.0, "ci95_lo": None, "ci95_hi": None, "verdict": "slower" if sure else "not distinguishable"}
+        return {**none, "note": f"baseline goodput 0 (a zero denominator): no ratio, no verdict; the mode's is {om:.3g} req/s"}
+    return {**none, "ratio": 0.0, "note": "goodput 0 in the compared mode: no interval on the log scale, no verdict"}
 
 
 def beats_up_to(verdicts: Mapping[float, str]) -> dict[str, Any]:
     """Summarise goodput verdicts per rate (req/s -> "faster" / "slower" / "not distinguishable").
 
-    :returns: ``{"up_to_req_s": N or None, "beats": [rates], "worse": [rates], "ties": [rates]}``:
+    :returns: ``{"up_to_req_s": N or None, "beats": [rates], "worse": [rates], "ties": [rates],
+        "unjudged": [rates without a verdict word]}``:
         N is the highest rate such that the verdict is "faster" at every measured rate up to and
         including N (so "beats up to N req/s" holds at each of them); None when the lowest rate
         is not "faster".
@@ -176,7 +182,8 @@ def beats_up_to(verdicts: Mapping[float, str]) -> dict[str, Any]:
         up_to = r
     return {"up_to_req_s": up_to, "beats": [r for r in rates if verdicts[r] == "faster"],
             "worse": [r for r in rates if verdicts[r] == "slower"],
-            "ties": [r for r in rates if verdicts[r] == "not distinguishable"]}
+            "ties": [r for r in rates if verdicts[r] == "not distinguishable"],
+            "unjudged": [r for r in rates if not verdicts[r]]}
 
 
 def slo_text(slo: Mapping[str, Any]) -> str:
@@ -191,8 +198,9 @@ def _rates(rates: Sequence[float], speedups: Mapping[float, Any]) -> str:
         s = speedups[r]
         text = stats.format_speedup(s.get("ratio"), s.get("ci95_lo"), s.get("ci95_hi"), None) \
             if isinstance(s, Mapping) and s.get("ratio") is not None and math.isfinite(s["ratio"]) else None
-        if text and s.get("ci95_lo") is None and s.get("note"):
-            text += f", {s['note']}"  # e.g. every request met the SLO in both modes: a ceiling
+        note = s.get("note") if isinstance(s, Mapping) else None
+        if note:  # e.g. every request met the SLO in both modes: a ceiling; a zero denominator
+            text = f"{text}, {note}" if text else note
         return f"{r:g} req/s" + (f" ({text})" if text else "")
     return ", ".join(one(r) for r in rates)
 
@@ -220,6 +228,8 @@ def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, Any], slo:
         detail.append(f"not distinguishable (interval includes 1) at {_rates(b['ties'], speedups)}")
     if b["worse"]:
         detail.append(f"worse (interval below 1) at {_rates(b['worse'], speedups)}")
+    if b["unjudged"]:  # no verdict word (issue 32): each rate's note says why
+        detail.append(f"no verdict at {_rates(b['unjudged'], speedups)}")
     scopes = {v.get("scope") for v in verdicts.values() if isinstance(v, Mapping)} - {None}
     if len(scopes) == 1:  # what the goodput intervals span, e.g. "within one launch"
         at += f" [{scopes.pop()}]"
@@ -230,6 +240,8 @@ def beats_sentence(mode: str, baseline: str, verdicts: Mapping[float, Any], slo:
                 f"lower rate {at}")
     elif b["worse"]:
         head = f"{mode} does not beat {baseline} at any measured rate {at}"
+    elif b["unjudged"] and not b["ties"]:
+        head = f"{mode} against {baseline}: no goodput verdict at any measured rate {at}"
     else:
         head = f"{mode} is not distinguishable from {baseline} at any measured rate {at}"
     return f"{head}: {'; '.join(detail)}."
@@ -291,10 +303,14 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
                     bl, ml = _by_launch(base), _by_launch(sub)
                     # the same seeded arrivals per repeat, launch by launch
                     same = [g["repeat"].tolist() for g in bl] == [g["repeat"].tolist() for g in ml]
+                    n_req = max([float(v) for v in (*base.get("requests", []), *sub.get("requests", []))
+                                 if v == v and v > 0] or [1.0 / stats.REL_RESOLUTION])
                     s = goodput_speedup_launches([g["goodput_req_s"].tolist() for g in bl],
-                                                 [g["goodput_req_s"].tolist() for g in ml], paired=same)
-                    if s["ci95_lo"] is None and s.get("ratio") is not None and _all_good(base) and _all_good(sub):
-                        s["note"] = "every request met the SLO in every repeat of both modes: a ceiling, not a measured tie"
+                                                 [g["goodput_req_s"].tolist() for g in ml], paired=same,
+                                                 rel_resolution=1.0 / n_req)  # one request of a repeat's
+                    if s.get("ratio") is not None and _all_good(base) and _all_good(sub):
+                        ceiling = "every request met the SLO in every repeat of both modes: a ceiling, not a measured tie"
+                        s["note"] = f"{ceiling}; {s['note']}" if s.get("note") else ceiling
                     k = speedup_key("goodput_req_s", "per_repeat")
                     entry[k] = s
                     row.update(Ratio.from_dict(s).columns(k))

@@ -178,13 +178,13 @@ def paired_speedup(base: Iterable[Mapping[str, Any]], other: Iterable[Mapping[st
     finite = math.isfinite(lo) and math.isfinite(hi)
     out.update(ratio=ratio, ci95_lo=lo if finite else None, ci95_hi=hi if finite else None,
                verdict=stats.verdict(ratio, lo, hi))
-    if not finite and len(clusters) >= 2:
-        out["note"] = f"the same ratio in every {unit}: no spread, no interval"
+    if not finite:
+        out["note"] = f"one {unit} only: no spread, no interval, no verdict"
     return out
 
 
 def add_paired(summary: dict[str, Any], results_dir: str | Path, baseline: str | None, *, launches: int = 1,
-               results: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+               results: Mapping[str, Mapping[str, Any]] | None = None, launch_prior: Any = None) -> None:
     """Add ``paired_speedup_decode_tok_s`` to every non-baseline entry of
     ``summary["modes"][mode][point]`` and its flat columns (``paired_speedup_decode_tok_s``,
     ``..._ci95_lo``, ``..._ci95_hi``, ``paired_verdict_decode_tok_s``, ``..._scope``,
@@ -192,9 +192,10 @@ def add_paired(summary: dict[str, Any], results_dir: str | Path, baseline: str |
     ``requests.jsonl`` (:func:`lab.analysis.launches.launch_dirs`). The unit is
     :func:`pair_unit`'s for the point; with one launch and the sentinel's spread of earlier
     launches for both modes in ``results`` (mode -> launch 1's ``result.json``), the interval is
-    :func:`lab.analysis.launches.borrow`'s. Nothing is added without a baseline or without its
-    requests."""
-    from lab.analysis.launches import borrow, launch_dirs, spreads_for
+    :func:`lab.analysis.launches.borrow`'s; without it the verdict word is withheld
+    (:func:`lab.analysis.launches.withhold`, widened with ``launch_prior`` when given). Nothing is
+    added without a baseline or without its requests."""
+    from lab.analysis.launches import borrow, launch_dirs, spreads_for, withhold
 
     if not baseline:
         return
@@ -221,6 +222,8 @@ def add_paired(summary: dict[str, Any], results_dir: str | Path, baseline: str |
             r = Ratio.from_dict(p)
             if unit != "launch":
                 r = borrow(r, spreads_for(results or {}, baseline, mode, point, PAIRED_METRIC))
+                if r.scope == WITHIN_ONE_LAUNCH:
+                    r = withhold(r, launch_prior)
             entry[name] = r.to_dict()
             for row in summary["rows"]:
                 if row.get("mode") == mode and row.get("point") == point:

@@ -7,8 +7,16 @@ interval, :func:`count_ci`) and a speedup ``mean(other) / mean(base)`` with a We
 interval (:func:`ratio_ci`; from earlier launches' spread: :func:`spread_ratio_ci`; paired and
 clustered: :func:`cluster_log_ratio_ci`), then calls it "faster", "slower" or "not
 distinguishable" (:func:`verdict`) by whether the interval excludes 1 (DESIGN.md, "Measurement
-definitions": "a speedup is reported with its interval"). A sample without spread gets no
-interval, so no confident verdict.
+definitions": "a speedup is reported with its interval").
+
+**One rule for every ratio** (docs/measurement.md, "Statistics"): a ratio needs a positive
+denominator and at least two units per side; without them there is no interval and
+:func:`verdict` gives no word (None; the caller says why). Near-zero spread is treated
+continuously: every ratio interval adds to each unit's variance the variance of the
+measurement's resolution, ``(REL_RESOLUTION * mean)^2 / 12`` (Sheppard's correction: a value
+known to a step ``h`` carries a rounding error uniform on ``h``, variance ``h^2 / 12``), so a
+spread of exactly 0 and one of 1e-9 give the same, non-zero interval instead of "no interval"
+and "a confident verdict".
 """
 
 from __future__ import annotations
@@ -21,10 +29,30 @@ import numpy as np
 
 from lab.catalog import interval_kind
 
-__all__ = ["finite", "mean_ci", "ratio_ci", "spread_ratio_ci", "log_ratio_ci", "cluster_log_ratio_ci", "count_ci",
+__all__ = ["REL_RESOLUTION", "resolution_var", "finite", "mean_ci", "ratio_ci", "spread_ratio_ci", "log_ratio_ci", "cluster_log_ratio_ci", "count_ci",
            "metric_ci", "verdict", "format_speedup"]
 
 Verdict = Literal["faster", "slower", "not distinguishable"]
+
+#: Relative resolution of one unit's value (a repeat's or a launch's mean throughput, goodput,
+#: latency): one step in 512, i.e. one token of the 512 a repeat of the default workload
+#: decodes (params.yaml ``bench``: 8 prompts x 64 new tokens). The timer (``time.perf_counter``,
+#: sub-microsecond over windows of seconds) resolves far finer, so the token count is the
+#: coarsest step of a throughput; a larger workload resolves finer, so this floor errs wide.
+#: Goodput, counted in whole requests, passes its own (:func:`lab.analysis.load.goodput_speedup`).
+REL_RESOLUTION = 1.0 / 512
+
+
+def resolution_var(rel_resolution: float = REL_RESOLUTION) -> float:
+    """Variance of the log of one value known to a relative step ``rel_resolution``:
+    ``rel_resolution^2 / 12`` (Sheppard 1898, *Proc. London Math. Soc.* 29:353-380: a uniform
+    rounding error of width ``h`` has variance ``h^2 / 12``). Dimensionless.
+
+    :raises ValueError: a negative or non-finite resolution.
+    """
+    if not (math.isfinite(rel_resolution) and rel_resolution >= 0):
+        raise ValueError(f"rel_resolution={rel_resolution}: must be a finite number >= 0, e.g. {REL_RESOLUTION:.4g}")
+    return rel_resolution * rel_resolution / 12.0
 
 
 def finite(values: Iterable[float | None]) -> np.ndarray:
@@ -67,6 +95,7 @@ def ratio_ci(
     base: Iterable[float | None],
     other: Iterable[float | None],
     confidence: float = 0.95,
+    rel_resolution: float = REL_RESOLUTION,
 ) -> tuple[float, float, float]:
     """Ratio of means ``mean(other) / mean(base)`` with a Welch log-ratio interval.
 
@@ -82,23 +111,26 @@ def ratio_ci(
     :param base: reference sample, e.g. baseline ``output_tok_s`` per repeat (> 0).
     :param other: compared sample (> 0).
     :param confidence: coverage in (0, 1).
-    :returns: ``(ratio, lo, hi)``; lo/hi are nan if either sample has fewer than 2
-        values or both samples have no spread (no interval rather than a zero-width one), all
-        three nan if either is empty or a mean is not positive.
-    :raises ValueError: confidence outside (0, 1).
+    :param rel_resolution: each value's relative resolution; its variance
+        (:func:`resolution_var`) is added to each sample's squared coefficient of variation, so
+        no spread gives an interval of about ``± t * sqrt(2 * resolution_var / n)``, not none.
+    :returns: ``(ratio, lo, hi)``; lo/hi are nan if either sample has fewer than 2 values, all
+        three nan if either is empty or a mean is not positive (a zero denominator).
+    :raises ValueError: confidence outside (0, 1), a negative resolution.
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence={confidence}: must be in (0, 1), e.g. 0.95")
+    floor = resolution_var(rel_resolution)
     b, o = finite(base), finite(other)
     if b.size == 0 or o.size == 0 or b.mean() <= 0 or o.mean() <= 0:
         return (math.nan, math.nan, math.nan)
     ratio = float(o.mean() / b.mean())
     if b.size < 2 or o.size < 2:
         return (ratio, math.nan, math.nan)
-    vb = float(b.var(ddof=1)) / (b.size * float(b.mean()) ** 2)
-    vo = float(o.var(ddof=1)) / (o.size * float(o.mean()) ** 2)
+    vb = (float(b.var(ddof=1)) / float(b.mean()) ** 2 + floor) / b.size
+    vo = (float(o.var(ddof=1)) / float(o.mean()) ** 2 + floor) / o.size
     se = math.sqrt(vb + vo)
-    if se <= 1e-12:  # no spread in either sample (up to rounding)
+    if se == 0.0:  # only with rel_resolution=0 and no spread
         return (ratio, math.nan, math.nan)
     df = (vb + vo) ** 2 / ((vb ** 2 / (b.size - 1)) + (vo ** 2 / (o.size - 1)))
     from scipy import stats as _st  # imported here: `lab summary` must start fast
@@ -108,7 +140,7 @@ def ratio_ci(
 
 
 def spread_ratio_ci(ratio: float, spreads: Iterable[tuple[float, int]],
-                    confidence: float = 0.95) -> tuple[float, float, float]:
+                    confidence: float = 0.95, rel_resolution: float = REL_RESOLUTION) -> tuple[float, float, float]:
     """A ratio of two single launch means with an interval from launch spreads measured elsewhere.
 
     Each side is one launch; its launch mean's relative spread ``cv_i`` (sd / mean of ``n_i``
@@ -119,42 +151,60 @@ def spread_ratio_ci(ratio: float, spreads: Iterable[tuple[float, int]],
 
     :param ratio: the point estimate (> 0), e.g. ``mean(mode) / mean(baseline)`` of this launch.
     :param spreads: ``(cv, n)`` per side, ``n >= 2`` earlier launches each.
-    :returns: ``(ratio, lo, hi)``; nan bounds when a side has ``n < 2``, every cv is 0 or the
-        ratio is not positive.
-    :raises ValueError: confidence outside (0, 1).
+    :param rel_resolution: each side's resolution (:func:`resolution_var` is added to ``cv^2``),
+        so a cv of 0 gives the resolution's interval rather than none.
+    :returns: ``(ratio, lo, hi)``; nan bounds when a side has ``n < 2`` or the ratio is not
+        positive.
+    :raises ValueError: confidence outside (0, 1), a negative resolution.
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence={confidence}: must be in (0, 1), e.g. 0.95")
+    floor = resolution_var(rel_resolution)
     sp = [(float(cv), int(n)) for cv, n in spreads]
     if not (ratio is not None and math.isfinite(ratio) and ratio > 0) or not sp or any(
             n < 2 or not math.isfinite(cv) or cv < 0 for cv, n in sp):
         return (ratio, math.nan, math.nan)
-    var = sum(cv * cv for cv, _ in sp)
-    if var == 0.0:
+    parts = [(cv * cv + floor, n) for cv, n in sp]
+    var = sum(v for v, _ in parts)
+    if var == 0.0:  # only with rel_resolution=0 and every cv 0
         return (ratio, math.nan, math.nan)
-    df = var ** 2 / sum((cv * cv) ** 2 / (n - 1) for cv, n in sp if cv > 0)
+    df = var ** 2 / sum(v * v / (n - 1) for v, n in parts)
     from scipy import stats as _st  # imported here: `lab summary` must start fast
 
     half = float(_st.t.ppf((1.0 + confidence) / 2.0, df) * math.sqrt(var))
     return (ratio, ratio * math.exp(-half), ratio * math.exp(half))
 
 
-def log_ratio_ci(log_ratios: Iterable[float | None], confidence: float = 0.95) -> tuple[float, float, float]:
+def log_ratio_ci(log_ratios: Iterable[float | None], confidence: float = 0.95,
+                 rel_resolution: float = REL_RESOLUTION) -> tuple[float, float, float]:
     """Geometric-mean ratio of paired log ratios with a one-sample Student-t interval.
 
-    ``exp(mean(d) ± t_{(1+confidence)/2, n-1} * s_d / sqrt(n))`` for ``d_i = log(other_i /
-    base_i)``, one ``d_i`` per matched unit (a prompt): the paired design, where the
-    unit-to-unit variation cancels (:mod:`lab.analysis.paired`).
+    ``exp(mean(d) ± t_{(1+confidence)/2, n-1} * sqrt(s_d^2 + 2 r) / sqrt(n))`` for ``d_i =
+    log(other_i / base_i)``, one ``d_i`` per matched unit (a prompt): the paired design, where
+    the unit-to-unit variation cancels (:mod:`lab.analysis.paired`). ``r`` is
+    :func:`resolution_var` of each of the two values in a ``d_i`` (the module's one rule).
 
     :returns: ``(ratio, lo, hi)``; n=1 gives nan bounds, n=0 all nan.
-    :raises ValueError: confidence outside (0, 1).
+    :raises ValueError: confidence outside (0, 1), a negative resolution.
     """
-    m, lo, hi = mean_ci(log_ratios, confidence)
-    return tuple(math.exp(v) if math.isfinite(v) else math.nan for v in (m, lo, hi))  # type: ignore[return-value]
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence}: must be in (0, 1), e.g. 0.95")
+    floor = 2.0 * resolution_var(rel_resolution)
+    d = finite(log_ratios)
+    if d.size == 0:
+        return (math.nan, math.nan, math.nan)
+    m = float(d.mean())
+    var = (float(d.var(ddof=1)) if d.size > 1 else 0.0) + floor
+    if d.size < 2 or var == 0.0:
+        return (math.exp(m), math.nan, math.nan)
+    from scipy import stats as _st  # imported here: `lab summary` must start fast
+
+    half = float(_st.t.ppf((1.0 + confidence) / 2.0, df=d.size - 1) * math.sqrt(var / d.size))
+    return (math.exp(m), math.exp(m - half), math.exp(m + half))
 
 
 def cluster_log_ratio_ci(clusters: Mapping[Any, Iterable[float]],
-                         confidence: float = 0.95) -> tuple[float, float, float]:
+                         confidence: float = 0.95, rel_resolution: float = REL_RESOLUTION) -> tuple[float, float, float]:
     """Paired log ratios that are correlated within clusters, with the cluster as the unit.
 
     Requests of one repeat at concurrency above 1 share batch iterations, and every request of
@@ -165,8 +215,8 @@ def cluster_log_ratio_ci(clusters: Mapping[Any, Iterable[float]],
     Klar, *Design and Analysis of Cluster Randomization Trials*, 2000, ch. 6).
 
     :param clusters: cluster key (a repeat, a launch) -> its log ratios ``log(other / base)``.
-    :returns: ``(ratio, lo, hi)`` as :func:`log_ratio_ci`; nan bounds with fewer than 2
-        clusters (or no spread between them).
+    :returns: ``(ratio, lo, hi)`` as :func:`log_ratio_ci` (its resolution floor included); nan
+        bounds with fewer than 2 clusters.
     :raises ValueError: ``confidence`` outside (0, 1) (from :func:`log_ratio_ci`).
     """
     means = []
@@ -174,7 +224,7 @@ def cluster_log_ratio_ci(clusters: Mapping[Any, Iterable[float]],
         v = finite(vals)
         if v.size:
             means.append(float(v.mean()))
-    return log_ratio_ci(means, confidence)
+    return log_ratio_ci(means, confidence, rel_resolution)
 
 
 def count_ci(counts: Iterable[float | None], confidence: float = 0.95) -> tuple[float, float, float]:
@@ -229,17 +279,19 @@ def metric_ci(name: str, values: Iterable[float | None], confidence: float = 0.9
     return (m, lo, hi)
 
 
-def verdict(ratio: float, lo: float, hi: float, *, higher_is_better: bool = True) -> Verdict:
+def verdict(ratio: float, lo: float, hi: float, *, higher_is_better: bool = True) -> Verdict | None:
     """Classify a ratio ``other / base`` by whether its interval excludes 1.
 
     :param ratio, lo, hi: output of :func:`ratio_ci`.
     :param higher_is_better: True for throughputs (``*_tok_s``), False for latencies
         (``*_ms``), where a ratio above 1 means slower.
     :returns: "faster" if the whole interval is on the better side of 1, "slower" if on
-        the worse side, otherwise (or with a nan bound) "not distinguishable".
+        the worse side, otherwise "not distinguishable"; None (no verdict word: the module's one
+        rule) without a finite ratio and two finite bounds (a zero denominator, a single unit)
+        or with a zero-width interval.
     """
-    if any(v is None or not math.isfinite(v) for v in (ratio, lo, hi)):
-        return "not distinguishable"
+    if any(v is None or not math.isfinite(v) for v in (ratio, lo, hi)) or not hi > lo:
+        return None
     if lo > 1.0:
         return "faster" if higher_is_better else "slower"
     if hi < 1.0:

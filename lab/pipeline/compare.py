@@ -23,6 +23,7 @@ from typing import Any
 from lab.analysis.comparison import (add_lossless, engine_caption, interval_note, launch_unit_frame, lean_numbers,
                                      load_launches, load_results, requests_frame, runs_frame, summarize)
 from lab.analysis.crosschecks import crosscheck_summary
+from lab.analysis.launches import prior_spread
 from lab.analysis.load import add_load
 from lab.analysis.paired import add_paired
 from lab.analysis.provenance import add_provenance, provenance_sentence, tag_rows
@@ -63,9 +64,11 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
         load_launches(res_dir, modes, launches)  # every launch there and ok, or a CompareError naming its stage
     runs = runs_frame(res_dir, modes, launches)
     baseline = params.baseline_mode if params.baseline_mode in modes else None
-    summary = summarize(results, runs, baseline)
+    engine = next(iter({r.get("engine") for r in results.values()}), None)
+    prior = prior_spread(engine, params.emulator.profile)  # documented launch spread (issue 32), or None
+    summary = summarize(results, runs, baseline, launch_prior=prior)
     # per-prompt speedup beside the per-repeat one, clustered by launch or repeat where requests share them
-    add_paired(summary, res_dir, baseline, launches=launches, results=results)
+    add_paired(summary, res_dir, baseline, launches=launches, results=results, launch_prior=prior)
     prov = add_provenance(summary, results)  # engine, timing, weights, acceptance on every row (issue 22)
     summary["caption"] = f"{engine_caption(results, params.emulator.profile).rstrip('.')}. Provenance: {provenance_sentence(prov)}"
     summary["interval_note"] = interval_note(summary)  # what the intervals span, on every figure

@@ -32,7 +32,9 @@ the compare stage, :mod:`lab.pipeline.compare_stage`), the top of ``reports/repo
 **One verdict per point.** The verdict is the per-repeat Welch interval of the catalog's headline
 metric (:func:`lab.catalog.headline_metric`, :data:`lab.catalog.VERDICT_SPEEDUP`: decode tok/s);
 the paired per-prompt estimate of the same metric is shown beside it without a verdict word, and
-the other speedups the catalog states in ``answer`` as ratio and interval only. The answer
+the other speedups the catalog states in ``answer`` as ratio and interval only. Where the paired
+estimate's own verdict (``paired_verdict_*`` in summary.csv) differs from the point's, the point's
+line says in one more clause which one it used and why (:func:`disagreement`). The answer
 opens with one line per speculative mode (:func:`headline_lines`): its verdict and interval at its
 lowest closed-loop point, the interval's scope, and the verdicts at its other closed-loop points.
 
@@ -92,6 +94,26 @@ def _ratio_text(s: dict[str, Any] | None, verdict: bool) -> str | None:
     return (r if verdict else dataclasses.replace(r, verdict=None)).text(scope=False)
 
 
+def disagreement(e: dict[str, Any]) -> str | None:
+    """One clause for a point whose paired per-prompt verdict differs from its verdict (issue 32,
+    item 5), e.g. ``"the word is the per-repeat interval's, not the paired one's (which lies above
+    1): ..."``, naming no second verdict word; None when they agree or either is absent."""
+    head = catalog.headline_metric().name
+    main = e.get(catalog.speedup_key(head, catalog.VERDICT_SPEEDUP)) or {}
+    paired = e.get(catalog.speedup_key(head, "per_prompt")) or {}
+    if not main or not paired or main.get("ratio") is None or paired.get("ratio") is None:
+        return None
+    v, pv = main.get("verdict"), paired.get("verdict")
+    if v == pv:
+        return None
+    lo, hi = _num(paired.get("ci95_lo")), _num(paired.get("ci95_hi"))
+    where = ("has no interval" if lo is None or hi is None else "lies above 1" if lo > 1 else
+             "lies below 1" if hi < 1 else "includes 1")
+    return (f"the word is the per-repeat interval's, not the paired one's (which {where}): the per-repeat "
+            f"estimator is declared before the run (lab.catalog.VERDICT_SPEEDUP), so the word is not picked "
+            f"after seeing both, and the paired one's prompts share a repeat's batch and launch")
+
+
 def _mean(e: dict[str, Any], key: str) -> float | None:
     return _num((e.get(key) or {}).get("mean"))
 
@@ -127,7 +149,10 @@ def mode_headline(comparison: dict[str, Any], mode: str) -> dict[str, Any] | Non
     lo, hi = _num(s.get("ci95_lo")), _num(s.get("ci95_hi"))
     scope = scope_of(s, comparison, mode)
     ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else " (no interval)"
-    text = f"{s['ratio']:.2f}x {s.get('verdict') or 'not judged'} at {point}{ci}, {scope}"
+    if s.get("verdict"):
+        text = f"{s['ratio']:.2f}x {s['verdict']} at {point}{ci}, {scope}"
+    else:  # no verdict word (issue 32): the estimate, and why there is no word
+        text = f"{s['ratio']:.2f}x at {point}{ci}, {scope}; {s.get('note') or 'no verdict'}"
     return {"point": point, "ratio": s["ratio"], "ci95_lo": lo, "ci95_hi": hi, "verdict": s.get("verdict"),
             "scope": scope, "text": text, "others": [(p, o.get("verdict"), o["ratio"]) for p, o in rest]}
 
@@ -214,6 +239,10 @@ def build_answer(comparison: dict[str, Any], report_path: str | Path | None = No
             verdict = _ratio_text(e.get(verdict_key), verdict=True)
             if verdict:
                 verdict = f"{head.header} {verdict}, {scope_of(e.get(verdict_key), comparison, mode)}"
+                if not (e.get(verdict_key) or {}).get("verdict") and (e.get(verdict_key) or {}).get("note"):
+                    verdict += f"; {e[verdict_key]['note']}"  # why there is no word (issue 32)
+                if why := disagreement(e):
+                    verdict += f"; {why}"
             paired_key = catalog.speedup_key(head.name, "per_prompt")
             beside = [f"{'paired per prompt' if k == paired_key else label} {t}" for k, label in speedups
                       if k != verdict_key and (t := _ratio_text(e.get(k), verdict=False))]

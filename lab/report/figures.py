@@ -123,7 +123,7 @@ def speedup_figure(summary: dict[str, Any]):
             ax.bar(xs, sub["ratio"], width=width, yerr=err, capsize=3, label=f"concurrency {level}",
                    color=sns.color_palette("viridis", len(levels))[j])
             for x, r, hi, v in zip(xs, sub["ratio"], sub["ci95_hi"].fillna(sub["ratio"]), sub["verdict"]):
-                ax.text(x, hi + 0.02, f"{r:.2f}x\n{v}", ha="center", va="bottom", fontsize=7)
+                ax.text(x, hi + 0.02, f"{r:.2f}x\n{v or 'no verdict'}", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(modes)), modes)
         ax.axhline(1.0, color="black", lw=1, ls="--")
         top = float(df["ci95_hi"].fillna(df["ratio"]).max())

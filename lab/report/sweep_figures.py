@@ -88,7 +88,7 @@ def speedup_heatmap(summary: dict[str, Any]):
         grid = df.pivot(index="mode", columns="concurrency", values="speedup")
         grid = grid.reindex([m for m in summary["modes"] if m in grid.index])
         mark = {"faster": "+", "slower": "-", "not distinguishable": "~"}
-        annot = df.assign(txt=[f"{s:.2f}x {mark[v]}" for s, v in zip(df["speedup"], df["verdict"])]) \
+        annot = df.assign(txt=[f"{s:.2f}x {mark.get(v, '')}".rstrip() for s, v in zip(df["speedup"], df["verdict"])]) \
             .pivot(index="mode", columns="concurrency", values="txt").reindex(grid.index)
         span = max(abs(grid.max().max() - 1), abs(1 - grid.min().min()), 0.05)
         sns.heatmap(grid, annot=annot, fmt="", cmap="RdBu", center=1.0, vmin=1 - span, vmax=1 + span,

@@ -65,6 +65,14 @@ def test_paired_estimate_is_beside_the_verdict_never_a_second_verdict():
     text = answer_text(comp)
     assert "m: 1.10x not distinguishable at c8 [0.99, 1.22], within one launch" in text
     assert "(paired per prompt 1.11x [1.03, 1.19])" in text and "faster" not in text
+    # issue 32, item 5: they disagree, so the point's line says which one it used and why, once
+    flat = " ".join(text.split())
+    assert flat.count("the word is the per-repeat interval's, not the paired one's (which lies above 1)") == 1
+    assert "declared before the run (lab.catalog.VERDICT_SPEEDUP)" in flat
+    agree = {"baseline": "b", "modes": {"b": {"c8": {"concurrency": 8}}, "m": {"c8": {
+        "concurrency": 8, "speedup_decode_tok_s": _sp(1.10, 1.02, 1.22, "faster"),
+        "paired_speedup_decode_tok_s": _sp(1.11, 1.03, 1.19, "faster")}}}}
+    assert "not the paired one" not in answer_text(agree)
 
 
 def test_interval_scope_comes_from_the_launch_fields_when_present():

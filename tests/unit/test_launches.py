@@ -119,9 +119,13 @@ def test_launch_means_are_the_units_known_numbers():
 def test_borrowed_interval_known_numbers_and_label():
     r = welch_speedup([[80.0, 80.1, 80.2]], [[96.0, 96.1, 96.2]],
                       spreads=(Spread(0.02, 5), Spread(0.03, 4)))
-    se = math.sqrt(0.02 ** 2 + 0.03 ** 2)
-    df = se ** 4 / (0.02 ** 4 / 4 + 0.03 ** 4 / 3)
     from scipy import stats as st
+
+    from lab.analysis.stats import resolution_var
+
+    fl = resolution_var()  # the resolution floor on each side (issue 32)
+    se = math.sqrt(0.02 ** 2 + 0.03 ** 2 + 2 * fl)
+    df = se ** 4 / ((0.02 ** 2 + fl) ** 2 / 4 + (0.03 ** 2 + fl) ** 2 / 3)
 
     half = st.t.ppf(0.975, df) * se
     assert r.ratio == pytest.approx(96.1 / 80.1)
@@ -141,8 +145,13 @@ def test_borrowed_interval_known_numbers_and_label():
 
 def test_borrowed_spread_can_take_a_confident_verdict_back():
     """Within one launch 1.02x looks "faster"; against a 2.2 % launch spread it is not."""
-    r = welch_speedup([[80.0, 80.05, 80.1]], [[81.6, 81.65, 81.7]])
+    from lab.analysis.estimates import Ratio
+
+    r = Ratio.welch([80.0, 80.05, 80.1], [81.6, 81.65, 81.7], scope="within one launch")
     assert r.verdict == "faster" and r.scope == "within one launch"
+    # issue 32: the lab no longer says that word from one launch without a launch spread
+    d = welch_speedup([[80.0, 80.05, 80.1]], [[81.6, 81.65, 81.7]])
+    assert d.verdict is None and d.note.startswith("no verdict: one launch") and d.ratio == pytest.approx(r.ratio)
     b = borrow(r, (Spread(LAUNCH_CV, 5), Spread(LAUNCH_CV, 5)))
     assert b.verdict == "not distinguishable" and b.ci95_lo < 1.0 < b.ci95_hi and b.ratio == r.ratio
 
@@ -191,7 +200,9 @@ def test_paired_no_longer_contradicts_the_per_repeat_interval_without_reason():
         for rep in range(3):
             per_repeat["b"].append(np.median([r["decode_tok_s"] for r in base if r["repeat"] == rep]))
             per_repeat["s"].append(np.median([r["decode_tok_s"] for r in spec if r["repeat"] == rep]))
-        welch = welch_speedup([per_repeat["b"]], [per_repeat["s"]])
+        from lab.analysis.estimates import Ratio
+
+        welch = Ratio.welch(per_repeat["b"], per_repeat["s"])  # the interval, before issue 32 withheld its word
         old = paired_speedup(base, spec, "c8", unit="prompt")
         if welch.verdict == "not distinguishable" and old["verdict"] == "faster":
             break
@@ -271,7 +282,7 @@ def test_answer_and_report_say_the_scope():
     one = summarize({"base": {}, "spec": {}}, _runs(1), "base")
     text = answer_text(one)
     head = text.splitlines()[1]  # the mode's one line: verdict, point, interval, scope
-    assert head.strip().startswith("spec: 1.17x faster at c1 [") and head.endswith(", within one launch"), head
+    assert head.strip().startswith("spec: 1.17x at c1 [") and ", within one launch; no verdict: one launch" in head, head
     assert "within one launch" in summary_html(one) and "intervals" in summary_html(one)
     three = summarize({"base": {}, "spec": {}}, _runs(3), "base")
     assert answer_text(three).splitlines()[1].endswith(", across 3 launches")

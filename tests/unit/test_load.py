@@ -162,11 +162,15 @@ def test_goodput_speedup_and_zero_cases():
     s = goodput_speedup([2.0, 2.1, 1.9], [3.0, 3.1, 2.9])
     assert s["verdict"] == "faster" and s["ratio"] == pytest.approx(1.5) and s["ci95_lo"] > 1
     assert goodput_speedup([2.0, 2.1, 1.9], [2.0, 1.9, 2.1])["verdict"] == "not distinguishable"
-    assert goodput_speedup([0, 0, 0], [0, 0, 0]) == {"ratio": None, "ci95_lo": None, "ci95_hi": None,
-                                                     "verdict": "not distinguishable", "paired": False}
-    assert goodput_speedup([0, 0, 0], [1.0, 1.1, 0.9])["verdict"] == "faster"
-    assert goodput_speedup([1.0, 1.1, 0.9], [0, 0, 0])["verdict"] == "slower"
-    assert goodput_speedup([0, 0, 0], [0, 0, 3.0])["verdict"] == "not distinguishable"  # lower bound <= 0
+    both = goodput_speedup([0, 0, 0], [0, 0, 0])
+    assert (both["ratio"], both["ci95_lo"], both["verdict"]) == (None, None, None) and "both modes" in both["note"]
+    # issue 32: a baseline goodput of 0 is a zero denominator: no ratio, no word (was "faster", no interval)
+    z = goodput_speedup([0, 0, 0], [1.0, 1.1, 0.9])
+    assert z["ratio"] is None and z["verdict"] is None and "zero denominator" in z["note"]
+    z2 = goodput_speedup([1.0, 1.1, 0.9], [0, 0, 0])
+    assert z2["verdict"] is None and z2["ci95_lo"] is None and "goodput 0" in z2["note"]
+    one = goodput_speedup([2.0], [3.0])
+    assert one["ratio"] == pytest.approx(1.5) and one["verdict"] is None and "one repeat" in one["note"]
 
 
 def test_goodput_speedup_paired_by_repeat():
@@ -184,18 +188,23 @@ def test_goodput_speedup_paired_by_repeat():
 @pytest.mark.parametrize("paired", [False, True])
 def test_no_spread_is_no_interval_and_no_confident_verdict(paired):
     """Issue 22: goodput 4, 4, 4 against 3.5, 3.5, 3.5 (7 of 8 requests good in every repeat) was
-    "0.875x [0.875, 0.875] slower"; three repeats of a saturated count show no precision."""
-    s = goodput_speedup([4.0, 4.0, 4.0], [3.5, 3.5, 3.5], paired=paired)
-    assert s["ratio"] == pytest.approx(0.875) and s["ci95_lo"] is None and s["ci95_hi"] is None
-    assert s["verdict"] == "not distinguishable" and "no spread, no interval" in s["note"]
+    "0.875x [0.875, 0.875] slower". Issue 32: no spread gets the resolution's interval (one request
+    in 8), never a zero-width one, and no jump between spread 0 and spread 1e-9."""
+    s = goodput_speedup([4.0, 4.0, 4.0], [3.5, 3.5, 3.5], paired=paired, rel_resolution=1 / 8)
+    assert s["ratio"] == pytest.approx(0.875) and s["ci95_lo"] < 0.875 < s["ci95_hi"]
+    assert s["ci95_hi"] / s["ci95_lo"] > 1.03  # about one request in 8 wide, not [0.875, 0.875]
+    near = goodput_speedup([4.0, 4.0 * (1 + 1e-9), 4.0], [3.5, 3.5, 3.5], paired=paired, rel_resolution=1 / 8)
+    assert near["ci95_lo"] == pytest.approx(s["ci95_lo"], rel=1e-6) and near["verdict"] == s["verdict"]
     from lab.analysis.estimates import Ratio
 
     text = Ratio.from_dict(s).text()
-    assert "[0.88" not in text and "slower" not in text and text.startswith("0.88x not distinguishable (")
-    # an exact ratio from rounding-level spread (2.4 / 2 vs 4.8 / 4) is no interval either
-    assert goodput_speedup([2.0, 4.0, 6.0], [2.4, 4.8, 7.2], paired=True)["ci95_lo"] is None
-    # one repeat: no interval, and nothing to say about spread
-    assert "note" not in goodput_speedup([4.0], [3.5])
+    assert text.startswith("0.88x [")
+    # an exact ratio from rounding-level spread (2.4 / 2 vs 4.8 / 4) gets the resolution's interval too
+    exact = goodput_speedup([2.0, 4.0, 6.0], [2.4, 4.8, 7.2], paired=True)
+    assert exact["ci95_lo"] < 1.2 < exact["ci95_hi"]
+    # one repeat: no interval, no verdict word, and a note saying why
+    one = goodput_speedup([4.0], [3.5])
+    assert one["verdict"] is None and "one repeat" in one["note"]
 
 
 def test_goodput_speedup_across_launches_uses_launch_rounds():
@@ -338,7 +347,9 @@ def test_add_load_goodput_sentence_and_pareto_rows():
     assert e["goodput_req_s"]["mean"] == pytest.approx(4.0) and e["speedup_goodput_req_s"]["paired"]
     # per repeat 1, 1, 4/3.5: the paired geometric mean, its interval includes 1 -> a tie
     assert e["speedup_goodput_req_s"]["ratio"] == pytest.approx((4 / 3.5) ** (1 / 3))
-    assert summary["load"]["sentences"]["eagle3_decode"].startswith("eagle3_decode is not distinguishable from baseline")
+    sentence = summary["load"]["sentences"]["eagle3_decode"]  # one launch: no goodput verdict word (issue 32)
+    assert sentence.startswith("eagle3_decode against baseline: no goodput verdict at any measured rate"), sentence
+    assert "no verdict: one launch per mode" in sentence
     assert flat == {"eagle3_decode.beats_up_to_req_s": 0.0}
     from lab.analysis.comparison import lean_numbers
 
@@ -347,11 +358,12 @@ def test_add_load_goodput_sentence_and_pareto_rows():
         ("baseline", "c1", "concurrency", True), ("baseline", "r4", "rate", True),
         ("eagle3_decode", "c1", "concurrency", True), ("eagle3_decode", "r4", "rate", True)}
     row = next(r for r in summary["rows"] if (r["mode"], r["point"]) == ("eagle3_decode", "r4"))
-    assert row["verdict_goodput_req_s"] == "not distinguishable" and row["request_rate"] == 4.0
+    assert row["verdict_goodput_req_s"] is None and row["request_rate"] == 4.0  # one launch: no word
     assert row["speedup_goodput_req_s_scope"] == "within one launch"
     # c1: every request of every repeat met the SLO in both modes: 1.00x is a ceiling, said so, no interval
     c1 = summary["modes"]["eagle3_decode"]["c1"]["speedup_goodput_req_s"]
-    assert c1["ratio"] == 1.0 and c1["ci95_lo"] is None and "a ceiling" in c1["note"]
+    assert c1["ratio"] == 1.0 and c1["ci95_lo"] < 1.0 < c1["ci95_hi"] and "a ceiling" in c1["note"]
+    assert c1["verdict"] is None and "no verdict: one launch" in c1["note"]
     assert summary["modes"]["eagle3_decode"]["c1"]["slo_attainment"]["ci95_hi"] != summary["modes"][
         "eagle3_decode"]["c1"]["slo_attainment"]["ci95_hi"]  # NaN: no zero-width [1.0, 1.0]
     # no rate point measured: goodput per point still, but no sentence

@@ -120,7 +120,7 @@ def test_metric_ci_bounded_metrics():
 def test_ratio_ci_degenerate():
     r, lo, hi = ratio_ci([80.0], [100.0])
     assert r == pytest.approx(1.25) and math.isnan(lo) and math.isnan(hi)
-    assert verdict(r, lo, hi) == "not distinguishable"
+    assert verdict(r, lo, hi) is None  # a single value per side: no verdict word
     assert all(math.isnan(v) for v in ratio_ci([], [1.0, 2.0]))
     assert all(math.isnan(v) for v in ratio_ci([0.0, 0.0], [1.0, 2.0]))
 
@@ -129,7 +129,8 @@ def test_verdict():
     assert verdict(1.2, 1.1, 1.3) == "faster"
     assert verdict(0.8, 0.7, 0.9) == "slower"
     assert verdict(1.02, 0.95, 1.1) == "not distinguishable"
-    assert verdict(1.2, float("nan"), float("nan")) == "not distinguishable"
+    assert verdict(1.2, float("nan"), float("nan")) is None  # no interval: no word
+    assert verdict(1.2, 1.2, 1.2) is None  # a zero-width interval: no word either
 
 
 def test_format_speedup():
@@ -142,15 +143,17 @@ def test_format_speedup():
 
 def test_no_spread_is_no_interval():
     """Issue 22: a zero-width interval from identical values claimed a precision three repeats of
-    a saturated quantity cannot show; the verdict then is not a confident one."""
+    a saturated quantity cannot show. Means keep no interval; ratios (issue 32's one rule) get the
+    resolution's interval instead, never a zero-width one."""
     m, lo, hi = mean_ci([4.0, 4.0, 4.0])
     assert m == 4.0 and math.isnan(lo) and math.isnan(hi)
     r, lo, hi = ratio_ci([4.0, 4.0, 4.0], [3.5, 3.5, 3.5])
-    assert r == pytest.approx(0.875) and math.isnan(lo) and verdict(r, lo, hi) == "not distinguishable"
-    # rounding-level spread (2.4/2, 4.8/4, 7.2/6 as floats) is no spread either
+    assert r == pytest.approx(0.875) and lo < r < hi and hi - lo > 1e-3
     from lab.analysis.stats import log_ratio_ci, metric_ci
 
-    assert math.isnan(log_ratio_ci([math.log(o / b) for b, o in ((2.0, 2.4), (4.0, 4.8), (6.0, 7.2))])[1])
+    # rounding-level spread (2.4/2, 4.8/4, 7.2/6 as floats) gets the resolution's interval, as none does
+    lr = log_ratio_ci([math.log(o / b) for b, o in ((2.0, 2.4), (4.0, 4.8), (6.0, 7.2))])
+    assert lr[1] < 1.2 < lr[2] and lr[2] - lr[1] > 1e-3
     assert math.isnan(metric_ci("slo_attainment", [1.0, 1.0, 1.0])[2])  # a ceiling, not [1.0, 1.0]
     assert not math.isnan(mean_ci([4.0, 4.0, 4.1])[1])
 
@@ -160,13 +163,63 @@ def test_spread_ratio_ci_and_cluster_ci_known_values():
 
     from lab.analysis.stats import cluster_log_ratio_ci, log_ratio_ci, spread_ratio_ci
 
-    r, lo, hi = spread_ratio_ci(1.2, [(0.02, 5), (0.02, 5)])
+    r, lo, hi = spread_ratio_ci(1.2, [(0.02, 5), (0.02, 5)], rel_resolution=0.0)
     se = math.sqrt(2) * 0.02  # equal spreads: df = 2 (n - 1) = 8
     assert math.log(hi / r) == pytest.approx(st.t.ppf(0.975, 8) * se) and math.log(r / lo) == pytest.approx(
         st.t.ppf(0.975, 8) * se)
     assert all(math.isnan(v) for v in spread_ratio_ci(1.2, [(0.02, 1), (0.02, 5)])[1:])  # one earlier launch
-    assert all(math.isnan(v) for v in spread_ratio_ci(1.2, [(0.0, 5), (0.0, 5)])[1:])
+    assert all(math.isnan(v) for v in spread_ratio_ci(1.2, [(0.0, 5), (0.0, 5)], rel_resolution=0.0)[1:])
+    assert spread_ratio_ci(1.2, [(0.0, 5), (0.0, 5)])[1] < 1.2  # with the resolution floor: an interval
     # clusters: their means are the units, however many values each holds
     clusters = {0: [0.1, 0.1, 0.1, 0.1], 1: [0.2], 2: [0.15, 0.15]}
     assert cluster_log_ratio_ci(clusters) == pytest.approx(log_ratio_ci([0.1, 0.2, 0.15]))
     assert math.isnan(cluster_log_ratio_ci({0: [0.1, 0.3]})[1])  # one cluster: no interval
+
+
+# Issue 32, item 2: one rule for every ratio: a zero denominator or a single value gives no verdict
+# word and says why; near-zero spread is continuous (the resolution floor), no jump at exactly 0.
+
+def test_zero_denominator_and_single_value_give_no_word_and_say_why():
+    from lab.analysis.estimates import Ratio
+
+    z = Ratio.welch([0.0, 0.0, 0.0], [1.0, 1.1, 0.9])
+    assert z.ratio is None and z.verdict is None and "zero denominator" in z.note
+    one = Ratio.welch([80.0], [96.0])
+    assert one.ratio == pytest.approx(1.2) and one.verdict is None and "one repeat" in one.note
+    assert one.text() == "1.20x (one repeat in a mode: no spread, no interval, no verdict)"
+    ok = Ratio.welch([80.0, 80.5, 79.5], [96.0, 96.5, 95.5])
+    assert ok.verdict == "faster" and ok.note is None
+
+
+@pytest.mark.parametrize("fn", ["ratio", "log", "spread"])
+def test_near_zero_spread_is_continuous(fn):
+    """Spread 0, 1e-12, 1e-9 and 1e-6 relative give intervals within 1 % of each other (the floor
+    dominates); before, 0 gave none and 1e-9 a confident near-zero-width one."""
+    from lab.analysis.stats import REL_RESOLUTION, log_ratio_ci, spread_ratio_ci
+
+    def width(eps):
+        if fn == "ratio":
+            r, lo, hi = ratio_ci([100.0, 100.0 * (1 + eps), 100.0 * (1 - eps)], [101.0] * 3)
+        elif fn == "log":
+            r, lo, hi = log_ratio_ci([0.01, 0.01 + eps, 0.01 - eps])
+        else:
+            r, lo, hi = spread_ratio_ci(1.01, [(eps, 5), (eps, 5)])
+        assert math.isfinite(lo) and math.isfinite(hi) and hi > lo
+        return math.log(hi / lo)
+
+    w = [width(e) for e in (0.0, 1e-12, 1e-9, 1e-6)]
+    assert max(w) / min(w) < 1.01
+    assert w[0] > 2 * REL_RESOLUTION / math.sqrt(12) / 3  # not zero-width: the floor's order of size
+    assert width(0.05) > 5 * w[0]  # real spread still widens it
+    # the verdict is continuous too: a 1 % difference with no spread is within the floor at n = 3
+    assert verdict(*ratio_ci([100.0] * 3, [101.0] * 3)) == "faster"
+    assert verdict(*ratio_ci([100.0] * 3, [100.01] * 3)) == "not distinguishable"
+
+
+def test_resolution_must_be_a_non_negative_number():
+    from lab.analysis.stats import resolution_var
+
+    with pytest.raises(ValueError, match="rel_resolution"):
+        resolution_var(-0.1)
+    with pytest.raises(ValueError, match="rel_resolution"):
+        ratio_ci([1.0, 2.0], [1.0, 2.0], rel_resolution=float("nan"))

@@ -71,7 +71,9 @@ def test_category_speedup_reuses_the_paired_per_prompt_ratio():
     a = next(r for r in rows if r["category"] == "a")
     logs = [math.log(ratios[i]) for i in range(3)]
     g = math.exp(sum(logs) / 3)
-    half = st.t.ppf(0.975, 2) * pd.Series(logs).std(ddof=1) / math.sqrt(3)
+    from lab.analysis.stats import resolution_var
+
+    half = st.t.ppf(0.975, 2) * math.sqrt(pd.Series(logs).var(ddof=1) + 2 * resolution_var()) / math.sqrt(3)
     assert a["speedup_decode_tok_s"] == pytest.approx(g)
     assert a["speedup_decode_tok_s_ci95_lo"] == pytest.approx(g * math.exp(-half))
     assert a["speedup_decode_tok_s_ci95_hi"] == pytest.approx(g * math.exp(half))
