@@ -76,12 +76,14 @@ def acceptance_figure(summary: dict[str, Any]):
     point, Wilson 95 % error bars; None without acceptance rows."""
     import matplotlib.pyplot as plt
 
+    from lab.report.figures import caption
+
     rows = [r for r in summary.get("acceptance_by_position") or [] if r.get("group") == "all"
             and _PRIMARY.match(str(r["point"])) and r.get("accept_rate") is not None]
     modes = list(dict.fromkeys(r["mode"] for r in rows))
     if not modes:
         return None
-    fig, axes = plt.subplots(1, len(modes), figsize=(4.5 * len(modes), 3.6), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(modes), figsize=(max(8.5, 4.5 * len(modes)), 5.2), squeeze=False, sharey=True)
     for ax, mode in zip(axes[0], modes):
         mine = [r for r in rows if r["mode"] == mode]
         for point in dict.fromkeys(r["point"] for r in mine):
@@ -93,11 +95,11 @@ def acceptance_figure(summary: dict[str, Any]):
         ax.set_title(mode + (" (simulated)" if any(r.get("simulated") for r in mine) else ""))
         ax.set_xlabel("draft position k")
         ax.set_xticks(sorted({r["position"] for r in mine}))
+        ax.set_xlim(0.5, max(r["position"] for r in mine) + 0.5)
         ax.set_ylim(0, 1.02)
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("P(accept k | 1..k-1 accepted)")
-    fig.suptitle(summary.get("caption", ""), fontsize=7, y=0.01, va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    caption(fig, summary)
     return fig
 
 
@@ -106,10 +108,12 @@ def waterfall_figure(summary: dict[str, Any]):
     loss as a floating bar labelled in ms per cycle, the measured speedup; None without waterfalls."""
     import matplotlib.pyplot as plt
 
+    from lab.report.figures import caption
+
     entries = [w for w in summary.get("waterfall") or [] if "steps" in w and _PRIMARY.match(str(w["point"]))][:8]
     if not entries:
         return None
-    fig, axes = plt.subplots(1, len(entries), figsize=(4.2 * len(entries), 3.8), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(entries), figsize=(max(8.5, 4.5 * len(entries)), 5.4), squeeze=False, sharey=True)
     for ax, e in zip(axes[0], entries):
         labels = ["ideal"] + [s["step"] for s in e["steps"]] + ["measured"]
         ax.bar(0, e["ideal_speedup"], color="#4c72b0")
@@ -122,11 +126,10 @@ def waterfall_figure(summary: dict[str, Any]):
         ax.bar(len(labels) - 1, e["measured_speedup"], color="#8172b2")
         ax.axhline(1.0, color="k", lw=0.8, ls=":")
         ax.set_xticks(range(len(labels)))
-        ax.set_xticklabels(labels, rotation=30, fontsize=8)
+        ax.set_xticklabels(labels, rotation=30, fontsize=8, ha="right")
         ax.set_title(f"{e['mode']} {e['point']}", fontsize=9)
     axes[0][0].set_ylabel("decode tok/s speedup over baseline")
-    fig.suptitle(summary.get("caption", ""), fontsize=7, y=0.01, va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    caption(fig, summary)
     return fig
 
 
