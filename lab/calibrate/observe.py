@@ -75,6 +75,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab.analysis.position_acceptance import add_histogram
+
 __all__ = ["CalibrationInputError", "MeasuredConfig", "Window", "Acceptance", "Observations", "read_results", "measured_config",
            "config_key"]
 
@@ -318,14 +320,7 @@ def _accept_counts(recs: list[dict[str, Any]], num_steps: int) -> Acceptance:
         if hist:
             used += 1
             method = "histogram"
-            for k, count in enumerate(hist):
-                acc = min(k, num_steps)
-                cycles += count
-                for j in range(acc):
-                    succ[j] += count
-                    trials[j] += count
-                if acc < num_steps:
-                    trials[acc] += count
+            cycles += add_histogram(succ, trials, hist)  # lab.analysis.position_acceptance: one counting rule for both
     return Acceptance(successes=succ, trials=trials, method=method, cycles=cycles, requests=used)
 
 

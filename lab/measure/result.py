@@ -32,7 +32,8 @@ class ModeResult:
     ``environment_tags``, ``startup`` (phases, ``startup_s``), ``startup_s`` (s),
     ``engine_version``, ``effective_config``, ``warmup``, ``trace`` (``bench.trace``'s profiler trace), ``levels`` (point key ->
     :func:`lab.analysis.aggregate.aggregate_point`), ``ground_truth`` (emulator only),
-    ``headline`` (flat ``{name: mean}``), ``warnings``, ``sentinel``, ``load`` (open-loop and SLO
+    ``headline`` (flat ``{name: mean}``), ``acceptance_by_position`` (chain-draft speculative modes:
+    :func:`lab.analysis.position_acceptance.acceptance_by_position`), ``warnings``, ``sentinel``, ``load`` (open-loop and SLO
     settings, :func:`lab.analysis.load.load_settings`); on failure ``error``,
     ``partial`` (``requests_recorded``, ``runs_completed``) and ``levels_partial``.
 
@@ -61,6 +62,7 @@ class ModeResult:
     levels: dict[str, dict[str, Any]] | None = None
     ground_truth: dict[str, Any] | None = None
     headline: dict[str, Any] | None = None
+    acceptance_by_position: dict[str, Any] | None = None
     warnings: list[str] | None = None
     sentinel: dict[str, Any] | None = None
     load: dict[str, Any] | None = None

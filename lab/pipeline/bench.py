@@ -120,6 +120,11 @@ def _aggregate(params: LabParams, tracker: Tracker, res: ModeResult, truth_path:
     if truth_path is not None and truth_path.exists():
         res.ground_truth = ground_truth(truth_path, res.records)
     res.headline = headline(res.levels)
+    from lab.analysis.position_acceptance import acceptance_by_position  # per draft position, from SGLang's histograms
+
+    res.acceptance_by_position = acceptance_by_position(
+        res.records, res.effective_config, (res.dataset or {}).get("categories"),
+        simulated=params.mode(res.mode).simulate_accept_length is not None)
     res.warnings = hygiene.hygiene_warnings(res.runs, res.warmup)
     for w in res.warnings:
         log(f"[lab] WARNING {res.mode}: {w}")

@@ -87,6 +87,13 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     write_categories_csv(add_taskmix(summary, results, res_dir, requests_frame(res_dir, modes)),
                          rep_dir / "categories.csv", provenance=prov)  # dvc plots
     summary["figures"].update(draw_taskmix(summary, rep_dir / "figures"))
+    from lab.analysis.position_acceptance import acceptance_rows  # issue 33: why this speedup and not more
+    from lab.analysis.waterfall import add_waterfall, waterfall_metrics
+    from lab.report.speculation import draw_speculation
+
+    summary["acceptance_by_position"] = acceptance_rows(results)
+    add_waterfall(summary, results)
+    summary["figures"].update(draw_speculation(summary, rep_dir / "figures"))
     summary["trace"] = trace_section(results, rep_dir / "figures", baseline=baseline, caption=summary["caption"])
     if summary["trace"] and summary["trace"]["figure"]:
         summary["figures"]["verify_time_breakdown"] = summary["trace"]["figure"]
@@ -111,7 +118,8 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
         from lab.tracking.tracker import Tracker
 
         run_id, error = log_comparison(Tracker.from_params(params, root), params, modes, results, lean_numbers(summary),
-                                       summary["figures"], rep_dir, run_metrics=taskmix_metrics(summary.get("taskmix")))
+                                       summary["figures"], rep_dir, run_metrics={**taskmix_metrics(summary.get("taskmix")),
+                                                                  **waterfall_metrics(summary.get("waterfall"))})
         if run_id:
             summary["mlflow_run_id"] = run_id
     write_comparison_json(rep_dir, _relative_paths(summary, rep_dir), lean_numbers(summary))

@@ -321,6 +321,10 @@ def answer_text(comparison: dict[str, Any], report_path: str | Path | None = Non
         lines += _wrap(tm[0], 2)
         for ln in tm[1:]:
             lines += _wrap(ln, 4)
+    from lab.report.speculation import speculation_lines  # acceptance by position, the waterfall's largest loss
+
+    for ln in speculation_lines(comparison):
+        lines += _wrap(ln, 2, 2)
     if a.load:
         lines += _wrap(LOAD_HEADING, 2)
         for t in a.load:
@@ -360,6 +364,10 @@ def answer_markdown(comparison: dict[str, Any], report_path: str | Path | None =
 
     if tm := taskmix_markdown(comparison):
         lines += ["", tm]
+    from lab.report.speculation import speculation_markdown
+
+    if sp := speculation_markdown(comparison):
+        lines += ["", sp]
     if a.load:
         lines += ["", f"**{LOAD_HEADING}**", ""] + [f"- {t}" for t in a.load]
     if a.crosscheck:
@@ -403,6 +411,9 @@ def answer_html(comparison: dict[str, Any], report_path: str | Path | None = Non
     from lab.report.task_categories import taskmix_html
 
     out.append(taskmix_html(comparison))
+    from lab.report.speculation import speculation_html
+
+    out.append(speculation_html(comparison))
     if a.load:
         out.append(f"<p><b>{e(LOAD_HEADING)}</b></p><ul>" + "".join(f"<li>{e(t)}</li>" for t in a.load) + "</ul>")
     if a.crosscheck:

@@ -144,6 +144,15 @@ FIGURE_CAPTIONS = {
 }
 
 
+def _speculation_captions() -> None:
+    from lab.report.speculation import FIGURE_CAPTIONS as more  # acceptance by position, speedup waterfall
+
+    FIGURE_CAPTIONS.update(more)
+
+
+_speculation_captions()
+
+
 def figure_caption(name: str) -> str:
     """The words under a figure: :data:`FIGURE_CAPTIONS`, ``pareto_<mode>`` as its mode's
     throughput-interactivity trade-off, else the name with spaces."""

@@ -92,7 +92,7 @@ def log_mode_run(run: RunHandle, out: Path, result: dict[str, Any], status: str)
     and save the run record to ``out/mlflow_run.json``.
 
     Tags (status, engine version, environment, sentinel, warnings), metrics (headline,
-    95 % interval bounds, startup phases, ``by_concurrency.*`` per level at step =
+    95 % interval bounds, acceptance by draft position, startup phases, ``by_concurrency.*`` per level at step =
     concurrency, trace), artifacts (:data:`ARTIFACTS`, ``trace/``, ``environment/``).
 
     :raises TrackingError: the first MLflow call of ``run`` that failed (everything is recorded).
@@ -102,6 +102,9 @@ def log_mode_run(run: RunHandle, out: Path, result: dict[str, Any], status: str)
     sentinel.log_to_run(run, result)
     run.log_metrics(result.get("headline", {}))
     run.log_metrics(interval_metrics(result.get("levels") or {}))  # means' 95 % intervals
+    from lab.analysis.position_acceptance import acceptance_metrics  # <point>.accept_rate_pos<k> (issue 33)
+
+    run.log_metrics(acceptance_metrics(result.get("acceptance_by_position")))
     run.set_tags(warning_tags(result))  # one-wave, hygiene and cross-check warnings
     startup = result.get("startup") or {}
     run.log_metrics({"startup_s": startup.get("startup_s"),
