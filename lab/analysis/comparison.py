@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fas
     import pandas as pd
 
 __all__ = ["CompareError", "load_results", "load_launches", "runs_frame", "launch_unit_frame", "interval_note",
-           "requests_frame", "summarize", "engine_caption", "lean_numbers", "scope_labels", "add_lossless"]
+           "requests_frame", "summarize", "engine_caption", "lean_numbers", "scope_labels", "add_lossless", "entry_backends"]
 
 
 class CompareError(RuntimeError):
@@ -231,6 +231,8 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
             for axis in ("context_tokens", "max_new_tokens"):
                 if axis in sub and sub[axis].notna().any():
                     entry[axis] = row[axis] = int(sub[axis].iloc[0])
+            entry.update(_backends(results[mode]))  # which backend served verify / draft (/server_info)
+            row.update(entry_backends(entry))
             if "errors" in sub:  # failed requests are counted, never dropped
                 entry["requests"] = row["requests"] = int(sub["requests"].sum())
                 entry["errors"] = row["errors"] = int(sub["errors"].sum())
@@ -265,6 +267,28 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
     summary["identical_effective_config"] = groups
     summary["notice"] = identical_notice(groups)
     return summary
+
+
+def _backends(result: dict[str, Any]) -> dict[str, str]:
+    """``verify_backend`` / ``draft_backend`` of a ``result.json``: the attention backends that
+    served target verify and the EAGLE draft, resolved from the effective configuration read
+    back from ``/server_info`` (:mod:`lab.engine.effective`: ``verify_attention_backend``,
+    :func:`lab.engine.effective.draft_attention_backend`); empty without one or without speculation."""
+    from lab.engine.effective import draft_attention_backend
+
+    eff = result.get("effective_config") or {}
+    out = {}
+    if eff.get("verify_attention_backend"):
+        out["verify_backend"] = str(eff["verify_attention_backend"])
+    draft = draft_attention_backend(eff) if eff else None
+    if draft:
+        out["draft_backend"] = draft
+    return out
+
+
+def entry_backends(entry: dict[str, Any]) -> dict[str, str]:
+    """The ``verify_backend`` / ``draft_backend`` keys of a summary entry (for its flat row)."""
+    return {k: entry[k] for k in ("verify_backend", "draft_backend") if entry.get(k)}
 
 
 def scope_labels(summary: dict[str, Any]) -> dict[str, str]:

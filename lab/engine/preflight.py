@@ -35,11 +35,12 @@ from typing import Any
 
 from lab.config import LabParams, repo_root
 from lab.engine.registry import engine_for
+from lab.engine.window import hf_cache_dir  # noqa: F401 - public here too (preflight's __all__)
 
 __all__ = ["Check", "PreflightError", "PreflightReport", "run_preflight", "gpu_check",
            "sglang_check", "argv_check", "weights_check", "hf_cache_dir", "format_table",
            "MIN_FREE_DISK_GB", "ARGV_CHECK_TIMEOUT_S", "driver_check", "MIN_DRIVER_MAJOR", "synthetic_check",
-           "bundle_checks"]
+           "bundle_checks", "context_check"]
 
 #: Below this free space (GiB) where results go, logs and artifacts may not fit.
 MIN_FREE_DISK_GB = 2.0
@@ -299,15 +300,6 @@ def argv_check(mode: str, flags: list[str], python: str = sys.executable,
 # --------------------------------------------------------------------------- weights
 
 
-def hf_cache_dir() -> Path:
-    """The Hugging Face hub cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]) / "hub"
-    return Path.home() / ".cache" / "huggingface" / "hub"
-
-
 def _in_hf_cache(repo_id: str, cache: Path) -> str | None:
     """Where ``repo_id`` has a snapshot in the cache, or None."""
     try:
@@ -413,6 +405,7 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
                                 f"SGLang build {prof.models_build.label!r}"))
         except ProfileError as exc:
             checks.append(Check("emulator", FAIL, str(exc), "set emulator.profile to a bundled name or a file"))
+        checks.append(context_check(params, modes))
         return PreflightReport("emulator", checks + _cheap_checks(params, out))
     m = params.model
     checks.append(gpu_check(m.tp_size, getattr(params.server, "nnodes", 1)))
@@ -434,9 +427,27 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
         drafts = sorted({params.mode(n).draft_path or m.draft_path for n in modes if params.mode(n).is_speculative})
         for d in drafts:
             checks.append(weights_check("draft", str(d)))
+    checks.append(context_check(params, modes))
     if python == sys.executable:
         checks += bundle_checks({mode: build_server_command(params, mode, python=python).flags for mode in modes})
     return PreflightReport("sglang", checks + _cheap_checks(params, out))
+
+
+def context_check(params: LabParams, modes: list[str]) -> Check:
+    """``bench.context_tokens`` against the served model's context length
+    (:func:`lab.engine.window.context_window_problems`): FAIL naming each length that SGLang
+    would refuse and the fix, ``skip`` when a real model's config is not readable here."""
+    from lab.engine.window import context_window_problems
+
+    win, problems = context_window_problems(params, modes)
+    longest = max(params.bench.context_tokens)
+    if win.tokens is None:
+        return Check("context", SKIP, f"context length not known before launch ({win.source}); "
+                     "SGLang refuses too long requests at request time")
+    if problems:
+        return Check("context", FAIL, "; ".join(p.split(". Fix:")[0] for p in problems),
+                     problems[0].split(". Fix: ")[-1])
+    return Check("context", OK, f"longest context {longest} tokens + outputs fit {win.tokens} ({win.source})")
 
 
 def synthetic_check(preset: str) -> Check:

@@ -193,11 +193,13 @@ class Answer:
     :ivar lossless: ``{mode: sentence}`` of the lossless check (empty when not run).
     :ivar break_even: ``{mode: explanation}`` at the mode's lowest concurrency.
     :ivar crosscheck: ``{mode: sentence}``: where the client's and the server's clocks disagreed.
+    :ivar crossover: ``{mode: sentence}``: where the verdict changes along the context axis, with
+        the backends, intervals and accept length it rests on (:func:`lab.analysis.crossover.crossover_line`).
     :ivar load: the open-loop sentences, one per speculative mode (empty: no rate points).
     """
 
     def __init__(self, rows, baseline, warnings, notice, caption, report, lossless=None, load=(), headlines=(),
-                 provenance="", break_even=None, crosscheck=None) -> None:
+                 provenance="", break_even=None, crosscheck=None, crossover=None) -> None:
         self.rows, self.baseline, self.warnings = rows, baseline, warnings
         self.notice, self.caption, self.report = notice, caption, report
         self.lossless: dict[str, str] = dict(lossless or {})
@@ -206,6 +208,7 @@ class Answer:
         self.provenance = provenance
         self.break_even: dict[str, str] = dict(break_even or {})
         self.crosscheck: dict[str, str] = dict(crosscheck or {})
+        self.crossover: dict[str, str] = dict(crossover or {})
 
 
 def _provenance_sentence(comparison: dict[str, Any]) -> str:
@@ -258,7 +261,8 @@ def build_answer(comparison: dict[str, Any], report_path: str | Path | None = No
                   comparison.get("caption"), str(report_path) if report_path else None, lossless, load,
                   headlines=headline_lines(comparison) if baseline else [],
                   provenance=_provenance_sentence(comparison), break_even=be,
-                  crosscheck=_crosscheck_sentences(comparison))
+                  crosscheck=_crosscheck_sentences(comparison),
+                  crossover={x["mode"]: x["line"] for x in comparison.get("crossover") or [] if x.get("line")})
 
 
 #: Heading of the open-loop sentences (lab.analysis.load).
@@ -312,6 +316,8 @@ def answer_text(comparison: dict[str, Any], report_path: str | Path | None = Non
                 lines += _wrap(_point_text(*p), 4)
             if mode in a.break_even:
                 lines += _wrap(f"break-even: {a.break_even[mode]}", 4)
+            if mode in a.crossover:
+                lines += _wrap(f"context: {a.crossover[mode]}", 4)
             if mode in a.lossless:
                 lines += _wrap(a.lossless[mode], 4)
     from lab.report.task_categories import taskmix_lines  # per task category, when the prompts have several
@@ -358,6 +364,8 @@ def answer_markdown(comparison: dict[str, Any], report_path: str | Path | None =
             lines += [f"  - {_point_text(*p)}" for p in points]
             if mode in a.break_even:
                 lines.append(f"  - break-even: {a.break_even[mode]}")
+            if mode in a.crossover:
+                lines.append(f"  - context: {a.crossover[mode]}")
             if mode in a.lossless:
                 lines.append(f"  - {a.lossless[mode]}")
     from lab.report.task_categories import taskmix_markdown
@@ -404,6 +412,7 @@ def answer_html(comparison: dict[str, Any], report_path: str | Path | None = Non
         for mode, points in a.rows:
             extra = "".join(f"<li>{e(x)}</li>" for x in (
                 *( [f"break-even: {a.break_even[mode]}"] if mode in a.break_even else []),
+                *([f"context: {a.crossover[mode]}"] if mode in a.crossover else []),
                 *([a.lossless[mode]] if mode in a.lossless else [])))
             out.append(f"<li><b>{e(mode)}</b><ul>" + "".join(f"<li>{e(_point_text(*p))}</li>" for p in points)
                        + extra + "</ul></li>")

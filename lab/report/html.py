@@ -38,6 +38,18 @@ def break_even_costs(modes: Mapping[str, ModeParams], summary: dict[str, Any]) -
     return theory.costs_from_summary(primary_summary(summary), cap)
 
 
+def _mode_backends(summary: dict[str, Any], mode: str) -> dict[str, str]:
+    """``verify_backend`` / ``draft_backend`` of ``mode``'s entries in ``summary`` (same in every entry)."""
+    first = next(iter((summary["modes"].get(mode) or {}).values()), {})
+    return {k: first[k] for k in ("verify_backend", "draft_backend") if first.get(k)}
+
+
+def _backend_sentence(text: str, summary: dict[str, Any], mode: str) -> str:
+    """A break-even sentence with the backends that served its verify and draft after the mode."""
+    label = backend_label(_mode_backends(summary, mode))
+    return text.replace(f"{mode} (", f"{mode} ({label}; ", 1) if label else text
+
+
 def explain_figures(modes: Mapping[str, ModeParams], runs: pd.DataFrame, summary: dict[str, Any],
                     out_dir: Path) -> dict[str, str]:
     """Draw ``break_even``, ``throughput_vs_concurrency``, ``verify_vs_context`` (only when more
@@ -48,12 +60,18 @@ def explain_figures(modes: Mapping[str, ModeParams], runs: pd.DataFrame, summary
 
     from lab.report import sweep_figures as sf
 
+    from lab.analysis import crossover
+
     costs = break_even_costs(modes, summary)
     summary["break_even"] = [{"mode": c.mode, "concurrency": c.concurrency, "break_even_accept_length": c.break_even,
                               "accept_length": c.accept_length, "max_accept_length": c.max_accept,
                               "modelled_speedup": c.modelled_speedup, "measured_speedup": c.measured_speedup,
-                              "explanation": theory.explain(c)} for c in costs]
+                              **_mode_backends(summary, c.mode),
+                              "explanation": _backend_sentence(theory.explain(c), summary, c.mode)} for c in costs]
+    xs = crossover.crossovers(summary)  # where the verdict flips along the context axis (issue 30)
+    summary["crossover"] = [x.to_dict() for x in xs]
     figs = {"break_even": theory.break_even_figure(costs, summary.get("caption", "")),
+            "break_even_map": crossover.break_even_map_figure(xs, summary.get("caption", "")),
             "throughput_vs_concurrency": sf.throughput_vs_concurrency(runs, summary),
             "verify_vs_context": sf.verify_vs_context(runs, summary),
             "speedup_heatmap": sf.speedup_heatmap(summary)}
@@ -105,6 +123,8 @@ break-even accept length = (draft_ms + verify_ms) / decode_ms (Leviathan et al. 
 Transformers via Speculative Decoding"; EAGLE-3, Li et al. 2025).</p>
 <p>Per mode, at its lowest concurrency (comparison.json has every level):</p>
 <ul>{% for b in break_even %}<li>{{ b.explanation }}</li>{% else %}<li>No speculative mode with verify timings and a baseline.</li>{% endfor %}</ul>
+{% if crossover %}<p>Along the context axis (lab/analysis/crossover.py; the break_even_map figure):</p>
+<ul>{% for x in crossover %}<li>{{ x.line }}</li>{% endfor %}</ul>{% endif %}
 <h2>Figures</h2>
 {% for f in figures %}<figure><img alt="{{ f.name }}" src="data:image/png;base64,{{ f.b64 }}"><figcaption>{{ f.caption }}</figcaption></figure>
 {% endfor %}
@@ -137,6 +157,9 @@ FIGURE_CAPTIONS = {
     "throughput_vs_concurrency": "Output tok/s of all requests together against concurrency, per mode "
                                  "(95 % interval bands).",
     "verify_vs_context": "Target-verify ms per cycle against the prompt's length, at the lowest concurrency.",
+    "break_even_map": "Break-even accept length (draft + verify ms over the baseline's decode ms) against context "
+                      "length, per mode and the backends that served its verify and draft, with the measured accept "
+                      "length [95 % CI]; where the measured accept length falls below the line the mode loses.",
     "speedup_heatmap": "Decode tok/s speedup over the baseline, modes by concurrency (+ faster, - slower, "
                        "~ not distinguishable).",
     "taskmix": "Accept length and paired decode tok/s speedup per prompt category (95 % interval across prompts).",
@@ -216,6 +239,23 @@ def _table(rows: list[dict[str, Any]], keys: int = 3) -> str:
     return f'<table class="dataframe"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
+def backend_label(entry: Mapping[str, Any]) -> str | None:
+    """``"verify triton, draft triton"``: the attention backends that served an entry's target
+    verify and draft (``verify_backend`` / ``draft_backend`` of
+    :func:`lab.analysis.comparison.summarize`, from ``/server_info``), or None (no speculation)."""
+    v, d = entry.get("verify_backend"), entry.get("draft_backend")
+    if not v and not d:
+        return None
+    return f"verify {v or '?'}, draft {d or '?'}"
+
+
+def _with_backend(row: dict[str, Any], entry: Mapping[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with an ``attention backend`` column after ``load`` when any entry has one."""
+    if any(e.get("verify_backend") or e.get("draft_backend") for lv in summary["modes"].values() for e in lv.values()):
+        row["attention backend"] = backend_label(entry) or "-"
+    return row
+
+
 def summary_html(summary: dict[str, Any]) -> str:
     """The report's summary table: one row per mode x point with how it was loaded, the
     context/output length where they vary, and the mean [95 % CI] of each metric
@@ -226,7 +266,7 @@ def summary_html(summary: dict[str, Any]) -> str:
     rows = []
     for mode, levels in summary["modes"].items():
         for key, e in levels.items():
-            row = {"mode": mode, "point": key, "load": load_label(e)}
+            row = _with_backend({"mode": mode, "point": key, "load": load_label(e)}, e, summary)
             for axis in axes:
                 row[axis.replace("_", " ").replace("max new", "output")] = e.get(axis, "-")
             for m in metrics:
@@ -251,7 +291,7 @@ def speedup_html(summary: dict[str, Any]) -> str:
         if mode == baseline:
             continue
         for key, e in levels.items():
-            row = {"mode": mode, "point": key, "load": load_label(e)}
+            row = _with_backend({"mode": mode, "point": key, "load": load_label(e)}, e, summary)
             for m, kind in speedups:
                 k = catalog.speedup_key(m.name, kind)
                 r = Ratio.from_dict(e.get(k))
@@ -336,7 +376,7 @@ def write_report(summary: dict[str, Any], path: Path, *, engine: str, modes: Map
         engine=html.escape(engine), caption=summary.get("caption", ""), baseline=summary.get("baseline") or "-",
         verdict=page[:cut], answer=page[cut:], table_note=note + "Rate points (r<R>) send requests at R req/s on a "
         "seeded schedule; closed-loop points (c<N>) keep N requests in flight.",
-        break_even=_lowest_level(summary.get("break_even", [])), table=summary_html(summary),
+        break_even=_lowest_level(summary.get("break_even", [])), crossover=summary.get("crossover") or [], table=summary_html(summary),
         speedup_table=speedup_html(summary), figures=figures,
         config_table=_config_html(modes, summary), trace=summary.get("trace"),
         trace_table=_trace_html(summary.get("trace")), lossless_table=_lossless_html(summary.get("lossless")))

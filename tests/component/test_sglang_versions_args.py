@@ -161,3 +161,30 @@ def test_the_argv_that_ran_on_the_h200_is_what_the_lab_builds(sglang_nodeps_0516
     res = sglang_parse(sglang_nodeps_0516, list(ran.values()))["results"]
     for name, r in zip(ran, res):
         assert r["ok"], (name, r["error"][-500:])
+
+
+def test_backend_sweep_modes_parse_with_each_backend_flag(sglang_nodeps_each):
+    """``sweep.attention_backends`` (lab/pipeline/sweep.py) crosses the default modes with
+    backends; every crossed launch, and one setting each per-role backend flag
+    (--prefill-attention-backend, --decode-attention-backend,
+    --speculative-draft-attention-backend), parses in SGLang's own parser to the backend named."""
+    import yaml
+
+    from lab.pipeline.sweep import expand
+
+    version, root = sglang_nodeps_each
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    modes, _ = expand({"grid": None, "attention_backends": ["triton", "flashinfer", "fa3"]}, raw["modes"])
+    modes["roles"] = {**raw["modes"]["eagle3_decode"], "prefill_attention_backend": "fa3",
+                      "decode_attention_backend": "flashinfer", "draft_attention_backend": "triton"}
+    p = load_params(ROOT / "params.yaml", overrides={"engine": "sglang", "modes": modes})
+    names = list(modes)
+    out = sglang_parse(root, [build_server_command(p, n).flags for n in names])
+    assert out["version"] == version
+    for n, r in zip(names, out["results"]):
+        assert r["ok"], f"SGLang {version} rejects {n}: {r['error'][-400:]}"
+        want = p.mode(n)
+        assert r["args"]["attention_backend"] == want.attention_backend, n
+    a = out["results"][names.index("roles")]["args"]
+    assert (a["prefill_attention_backend"], a["decode_attention_backend"], a["speculative_draft_attention_backend"]) == (
+        "fa3", "flashinfer", "triton")

@@ -81,3 +81,38 @@ def test_pad_prompt_reaches_target_length():
 def test_break_even_inside_the_interval_is_too_close_to_call():
     c = theory.ModeCosts("close", 1, 12.0, 1.0, 29.0, 2.55, 2.3, 2.8, 3, 1.01, "not distinguishable")
     assert "Too close to call" in theory.explain(c)
+
+
+def test_attention_backends_cross_the_hand_written_modes(tmp_path):
+    """``sweep.attention_backends`` writes one mode per (hand-written mode, backend), named
+    ``<prefix>_<mode>_<backend>``, each the hand-written mode with ``attention_backend`` set;
+    ``grid: null`` leaves the grid out; staleness is detected as for the grid (issue 30, item 2)."""
+    p = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", p)
+    raw = yaml.safe_load(p.read_text())
+    hand = raw["modes"]
+    section = {"grid": None, "attention_backends": ["triton", "flashinfer"]}
+    modes, notes = expand(section, hand)
+    assert list(modes) == [f"sw_{m}_{b}" for m in hand for b in ("triton", "flashinfer")] and not notes
+    assert modes["sw_eagle3_decode_flashinfer"] == {**hand["eagle3_decode"], "attention_backend": "flashinfer"}
+    assert modes["sw_baseline_triton"]["attention_backend"] == "triton"
+    only, _ = expand({**section, "cross_modes": ["eagle3_decode"], "attention_backends": [None, "fa3"]}, hand)
+    assert list(only) == ["sw_eagle3_decode_default", "sw_eagle3_decode_fa3"]
+    assert "attention_backend" not in only["sw_eagle3_decode_default"]
+    with pytest.raises(ParamsError, match="sweep.cross_modes"):
+        expand({**section, "cross_modes": ["nope"]}, hand)
+    # the grid crosses --attention-backend too (tag a<backend>)
+    grid, _ = expand({"grid": {"num_steps": [2], "attention_mode": ["decode"], "attention_backend": ["triton"]}})
+    assert list(grid) == ["sw_s2_k1_d3_decode_atriton"] and grid["sw_s2_k1_d3_decode_atriton"]["attention_backend"] == "triton"
+    # round trip through params.yaml: lab sweep writes them, load_params accepts them, staleness is caught
+    text = p.read_text().replace("sweep:\n  prefix: sw\n", "sweep:\n  prefix: sw\n  attention_backends: [triton, flashinfer]\n")
+    p.write_text(text)
+    written, _ = write_modes(p)
+    params = load_params(p)
+    assert {f"sw_{m}_{b}" for m in hand for b in ("triton", "flashinfer")} <= set(params.modes)
+    assert params.mode("sw_eagle3_prefill_triton").attention_backend == "triton"
+    raw = yaml.safe_load(p.read_text())
+    check_current(raw)
+    raw["sweep"]["attention_backends"] = ["triton"]
+    with pytest.raises(ParamsError, match="lab sweep"):
+        check_current(raw)
