@@ -99,10 +99,13 @@ def doctor(params_file: str | None, engine: str | None, modes: list[str] | None,
 
 
 def print_summary(reports_dir: Path) -> int:
-    """Print ``reports_dir``'s comparison: the answer (:mod:`lab.report.answer`: speedups with
-    intervals and verdicts, accept length, verify ms, each warning once naming its modes,
-    where report.html is), then the full table; 0, or 2 when the compare stage has not
-    written it yet (the message says to run ``dvc repro``). Imports nothing heavy."""
+    """Print ``reports_dir``'s comparison: first, when the results no longer match params.yaml or
+    the code (:func:`lab.pipeline.freshness.stale_lines`, DVC's status of the project holding
+    ``reports_dir``), which stages are stale and the command that refreshes them; then the answer
+    (:mod:`lab.report.answer`: speedups with intervals and verdicts, accept length, verify ms, each
+    warning once naming its modes, where report.html is), then the full table; 0, or 2 when the
+    compare stage has not written it yet (the message says to run ``dvc repro``)."""
+    from lab.pipeline.freshness import stale_lines
     from lab.report.answer import answer_text
     from lab.report.tables import read_summary_rows, summary_markdown
 
@@ -113,6 +116,11 @@ def print_summary(reports_dir: Path) -> int:
         return 2
     comp_path = reports_dir / "comparison.json"
     comp = json.loads(comp_path.read_text()) if comp_path.is_file() else {}
+    project = Path(reports_dir).resolve().parent
+    if (project / "dvc.yaml").is_file():
+        stale = stale_lines(project)
+        if stale:
+            print("\n".join(stale) + "\n")
     print(answer_text(comp, reports_dir / "report.html") + "\n")
     print(summary_markdown(rows, comp.get("baseline")))
     return 0
