@@ -55,16 +55,24 @@ async def _serve(args, profile, profile_path, truth: TruthWriter, metrics: Emula
         except RuntimeError:  # loop closed during shutdown
             pass
 
+    stop = asyncio.Event()
+
+    def died(exc: BaseException) -> None:  # the engine thread ended: exit, as SGLang's server does
+        try:
+            loop.call_soon_threadsafe(stop.set)
+        except RuntimeError:  # loop closed during shutdown
+            pass
+
     sim = _env_float("SGLANG_SIMULATE_ACC_LEN")
     engine = Engine(args, profile, deliver=deliver, metrics=metrics, truth=truth, log=log,
-                    simulate_acc_len=sim, record_step_time=_env_bool("SGLANG_RECORD_STEP_TIME"))
+                    simulate_acc_len=sim, record_step_time=_env_bool("SGLANG_RECORD_STEP_TIME"),
+                    on_death=died)
     state = AppState(args=args, profile=profile, profile_path=profile_path, engine=engine, metrics=metrics,
                      startup_time=time.time(), faults=faults, categories=categories,
                      fixed_sim_tokens=bool(sim and sim > 0 and args.is_speculative
                                            and os.environ.get("SGLANG_SIMULATE_ACC_TOKEN_MODE", "fixed") != "real-draft-token"))
     runner = web.AppRunner(build_app(state), handle_signals=False, access_log=None)
     await runner.setup()
-    stop = asyncio.Event()
     if faults.wants_signal_handlers():
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
@@ -80,6 +88,18 @@ async def _serve(args, profile, profile_path, truth: TruthWriter, metrics: Emula
         log.info(f"SGLANG_SIMULATE_ACC_LEN={sim}: accept length pinned")
     main_logger().info("The server is fired up and ready to roll!")
     await stop.wait()
+    if engine.error is not None:  # SGLang: "Received sigquit from a child process. It usually means the child failed."
+        log.error(f"emulator engine thread died ({type(engine.error).__name__}: {engine.error}); the server exits "
+                  f"(exit code 1) as SGLang's does when its scheduler dies, so no request waits for its timeout")
+        try:
+            truth.close()
+        except OSError as exc:  # e.g. the same full disk
+            log.error(f"ground-truth file not flushed: {exc}")
+        for h in log.handlers:
+            h.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
     log.info("Received stop signal; shutting down emulator.")
     engine.stop(timeout=0.5)
     truth.close()

@@ -73,12 +73,18 @@ class Engine:
         ``[(request, event_dict), ...]``; must not block.
     :param simulate_acc_len: ``SGLANG_SIMULATE_ACC_LEN`` (None/<=0: off).
     :param record_step_time: ``SGLANG_RECORD_STEP_TIME`` (fills :attr:`step_time_dict`).
+    :param on_death: called from the engine thread with the exception that ended it (a full disk's
+        ``OSError`` ENOSPC from the ground-truth file, a bug): SGLang's scheduler dying makes its
+        whole server exit (the launcher's SIGQUIT handler, ``kill_process_tree``), so the
+        emulator's HTTP server must not keep answering while nothing serves its requests.
     """
 
     def __init__(self, args: ServerArgs, profile: CostProfile, *, deliver: Callable[[list[tuple[Request, dict]]], None],
                  metrics: EmulatorMetrics, truth: TruthWriter, log: logging.Logger,
-                 simulate_acc_len: float | None = None, record_step_time: bool = False) -> None:
+                 simulate_acc_len: float | None = None, record_step_time: bool = False,
+                 on_death: Callable[[BaseException], None] | None = None) -> None:
         self.args, self.profile, self.deliver = args, profile, deliver
+        self.on_death = on_death  # the server's exit (lab/emulator/__main__.py): SGLang's sigquit handler
         self.metrics, self.truth, self.log = metrics, truth, log
         self.rng = random.Random(args.random_seed)
         self.accept = None
@@ -161,9 +167,11 @@ class Engine:
         try:
             self._raise_priority()
             self._loop()
-        except BaseException as exc:  # surfaced by /health
+        except BaseException as exc:  # surfaced by /health, then the server exits (on_death)
             self.error = exc
             self.log.exception("emulator engine thread died")
+            if self.on_death is not None:
+                self.on_death(exc)
 
     def _raise_priority(self) -> None:
         """Best effort: nice this thread to ``ENGINE_NICE`` so that, on a busy machine, it wakes
