@@ -43,7 +43,8 @@ def load_settings(bench: Any) -> dict[str, Any]:
     """What ``result.json`` records of a mode's open-loop settings (``bench`` is
     :class:`lab.config.BenchParams`): ``{"slo": {"ttft_ms", "tpot_ms"}, "burstiness",
     "rate_max_concurrency", "request_rates"}`` (ms, gamma shape, requests, req/s); the compare
-    stage judges goodput by this ``slo``."""
+    stage judges goodput by this ``slo``. The bench stage adds ``goodput_definition``
+    (:data:`lab.measure.goodput.DEFINITION_VERSION`)."""
     return {"slo": bench.slo.model_dump(), "burstiness": bench.burstiness,
             "rate_max_concurrency": bench.rate_max_concurrency, "request_rates": list(bench.request_rates)}
 
@@ -334,6 +335,12 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
         sentences[mode] = beats_sentence(mode, baseline, v, slo)
         beats[mode] = beats_up_to({r: s["verdict"] for r, s in v.items()})
         flat[f"{mode}.beats_up_to_req_s"] = float(beats[mode]["up_to_req_s"] or 0.0)
-    summary["load"] = {"slo": slo, "burstiness": burst, "rates": sorted({r for v in verdicts.values() for r in v}),
+    # the definition the bench stage computed goodput with (result.json load.goodput_definition;
+    # None: results from before it was recorded), carried into the comparison's files
+    versions = {(r.get("load") or {}).get("goodput_definition") for r in results.values()}
+    version = versions.pop() if len(versions) == 1 else None
+    for row in summary["rows"]:
+        row["goodput_definition"] = version
+    summary["load"] = {"goodput_definition": version, "slo": slo, "burstiness": burst, "rates": sorted({r for v in verdicts.values() for r in v}),
                        "sentences": sentences, "beats": beats}
     return flat, pareto_rows

@@ -53,7 +53,13 @@ import numpy as np
 
 from lab.measure.records import request_metrics
 
-__all__ = ["is_good", "run_load_metrics", "ttft_from_schedule_ms"]
+__all__ = ["DEFINITION_VERSION", "is_good", "run_load_metrics", "ttft_from_schedule_ms"]
+
+#: Version of the load metrics' definitions above, written beside them (``result.json``
+#: ``load.goodput_definition``, the comparison's ``load``, ``summary.csv``): 1 = goodput over the
+#: offered schedule (before the redefinition; it could exceed the measured request throughput),
+#: 2 = good requests / the measured window (this module). Bump it when a definition changes.
+DEFINITION_VERSION = 2
 
 
 def is_good(ttft_ms: float | None, tpot_ms: float | None, slo: Any) -> bool:

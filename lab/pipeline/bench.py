@@ -38,6 +38,7 @@ from lab.engine.command import build_server_command
 from lab.engine.ports import launch_port
 from lab.engine.registry import engine_for, provenance
 from lab.measure import hygiene
+from lab.measure.goodput import DEFINITION_VERSION as GOODPUT_DEFINITION
 from lab.measure.point import measure_point, measurement_points
 from lab.measure.result import ModeResult
 from lab.pipeline.lifetime import capture_trace, check_writable, engine, prepare, warm_up
@@ -92,7 +93,8 @@ def run_mode(params: LabParams, mode_name: str, results_dir: str | os.PathLike[s
         with engine(params, cmd, out, res, log) as srv:
             log_engine(run, res)
             warm_up(srv, params.bench, prompts, out, res, log, count)
-            res.load = load_settings(params.bench)  # the SLO the compare stage judges goodput by
+            # the SLO the compare stage judges goodput by, and the definition it was computed with
+            res.load = {**load_settings(params.bench), "goodput_definition": GOODPUT_DEFINITION}
             with open(out / "requests.jsonl", "a") as req_file:
                 for point in measurement_points(params.bench):
                     for rep in range(params.bench.repeats):
