@@ -92,7 +92,8 @@ class Engine:
             self._accept_by_category = {c: model(n.value) for c, n in profile.acceptance.per_category.items()}
         self.adaptive = None  # --speculative-adaptive: the num_steps tier per iteration (lab/emulator/adaptive.py)
         self._accept_at_steps: dict[tuple[str | None, int], AcceptanceModel] = {}
-        self._steps_pending: collections.deque[int] = collections.deque()
+        self._steps_pending: collections.deque[tuple[int, dict[str, int]]] = collections.deque()
+        self._last_steps = args.speculative_num_steps or 1
         if args.is_speculative and args.speculative_adaptive:
             from lab.emulator.adaptive import AdaptiveSteps
 
@@ -388,6 +389,7 @@ class Engine:
         if kind == "spec" and self.adaptive is not None:
             # the adaptive tier that served this cycle and what its verify fed back (before any cut)
             it["num_steps"], it["correct_drafts"] = self._steps_pending.popleft()
+            self._last_steps = it["num_steps"]
         self.iteration += 1
         self.truth.write(it)
         if self.tracer is not None:  # /start_profile .. /stop_profile (lab/emulator/modelled_trace.py)
@@ -434,6 +436,9 @@ class Engine:
             drafts = fct * ((self.args.speculative_num_draft_tokens or 2) - 1)
             acc_rate = self._log_correct / drafts if drafts else 0.0
             self._log_accept_tokens = self._log_correct = self._log_forward_ct = 0
+            steps = self._last_steps if self.adaptive is not None else (self.args.speculative_num_steps or 1)
+            ndraft = steps + 1 if self.adaptive is not None else (self.args.speculative_num_draft_tokens or 2)
+            self.metrics.set_spec_steps(steps, ndraft)
         self.log.info(decode_batch_line(running=running, num_tokens=ntok, token_usage=usage, accept_len=acc_len,
                                         accept_rate=acc_rate, cuda_graph=graph, gen_throughput=thr, queue=queue,
                                         occupancy=self._occupancy(now)))

@@ -151,7 +151,7 @@ def test_emulator_serves_the_tiers_and_records_them(tmp_path):
     cfg.write_text(json.dumps({"1": {"candidate_steps": [1, 2, 3]}, "48": {"candidate_steps": [0]}}))
     argv = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d", "--speculative-num-steps", "1",
             "--speculative-eagle-topk", "1", "--speculative-adaptive", "--speculative-adaptive-config", str(cfg),
-            "--max-running-requests", "64", "--decode-log-interval", "1000", "--disable-cuda-graph"]
+            "--max-running-requests", "64", "--decode-log-interval", "1", "--disable-cuda-graph"]
     args, _ = parse_args(["--emulator-profile", "fast", *argv])
     assert args.speculative_adaptive and args.speculative_adaptive_config == str(cfg)
     prof, _ = load_profile("fast")
@@ -188,3 +188,21 @@ def test_emulator_serves_the_tiers_and_records_them(tmp_path):
     tiers = {it["num_steps"] for it in spec}
     assert tiers == {0, 1, 2}, tiers
     assert "Adaptive spec params updated: steps 1 -> 2" in " ".join(logged)
+    # the tier is also SGLang 0.5.16's gauge sglang:spec_num_steps, set at each decode log line
+    from lab.measure.prometheus import SPEC_NUM_STEPS, parse_prometheus
+
+    snap = parse_prometheus(eng.metrics.render().decode())
+    assert snap.value(SPEC_NUM_STEPS) == spec[-1]["num_steps"] == 2
+    assert snap.value("sglang:spec_num_draft_tokens") == 3
+
+
+def test_the_tier_gauge_is_read_from_real_0516_scrapes():
+    """A real 0.5.16 server (fixed 2 steps) reports sglang:spec_num_steps 2 after each window."""
+    from lab.measure.prometheus import server_timing
+
+    d = FX / "kshard-context" / "eagle3_decode_triton"
+    t = server_timing((d / "metrics.before.txt").read_text(), (d / "metrics.after.txt").read_text())
+    assert t["deltas"]["spec_num_steps"]["after"] == 2.0
+    base = FX / "kshard-context" / "baseline_triton"
+    tb = server_timing((base / "metrics.before.txt").read_text(), (base / "metrics.after.txt").read_text())
+    assert tb["deltas"]["spec_num_steps"]["after"] in (None, 0.0)
