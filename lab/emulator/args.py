@@ -90,6 +90,8 @@ class ServerArgs:
     emulator_output: str = "random"
     emulator_prompt_categories: str | None = None  # JSONL prompt file: prompt text -> category (categories.py)
     incremental_streaming_output: bool = False
+    speculative_adaptive: bool = False  # 0.5.16 adaptive tiers (lab/emulator/adaptive.py)
+    speculative_adaptive_config: str | None = None
 
     @property
     def is_speculative(self) -> bool:
@@ -138,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--speculative-num-draft-tokens", type=int, default=None)
     a("--speculative-attention-mode", default="prefill", choices=["prefill", "decode"])
     a("--speculative-draft-attention-backend", default=None)
+    a("--speculative-adaptive", action="store_true",
+      help="SGLang 0.5.16: switch num_steps among batch-size tiers at runtime (lab/emulator/adaptive.py)")
+    a("--speculative-adaptive-config", default=None, help="SGLang 0.5.16: JSON tier table for --speculative-adaptive")
     a("--attention-backend", default=None)
     a("--prefill-attention-backend", default=None)
     a("--decode-attention-backend", default=None)
@@ -241,5 +246,16 @@ def parse_args(argv: list[str]) -> tuple[ServerArgs, list[str]]:
         emulator_output=ns.emulator_output,
         emulator_prompt_categories=ns.emulator_prompt_categories,
         incremental_streaming_output=ns.incremental_streaming_output,
+        speculative_adaptive=bool(spec) and ns.speculative_adaptive,
+        speculative_adaptive_config=ns.speculative_adaptive_config if spec and ns.speculative_adaptive else None,
     )
+    if args.speculative_adaptive:
+        from lab.emulator.adaptive import AdaptiveConfigError, load_config
+
+        if topk != 1:  # adaptive_unsupported_reason (adaptive_spec_params.py ~50-56)
+            p.error(f"--speculative-adaptive needs --speculative-eagle-topk 1 (got {topk})")
+        try:
+            load_config(args.speculative_adaptive_config)
+        except (AdaptiveConfigError, OSError, ValueError) as exc:
+            p.error(f"--speculative-adaptive-config: {exc}")
     return args, unknown

@@ -96,6 +96,15 @@ class Engine:
 
             self.accept = model(profile.p_accept)
             self._accept_by_category = {c: model(n.value) for c, n in profile.acceptance.per_category.items()}
+        self.adaptive = None  # --speculative-adaptive: the num_steps tier per iteration (lab/emulator/adaptive.py)
+        self._accept_at_steps: dict[tuple[str | None, int], AcceptanceModel] = {}
+        self._steps_pending: collections.deque[tuple[int, dict[str, int]]] = collections.deque()
+        self._last_steps = args.speculative_num_steps or 1
+        if args.is_speculative and args.speculative_adaptive:
+            from lab.emulator.adaptive import AdaptiveSteps
+
+            self.adaptive = AdaptiveSteps(args.speculative_num_steps or 1, args.speculative_adaptive_config,
+                                          cuda_graph_bs=sorted(args.decode_graph_bs) or None, log=log.info)
         self.record_step_time = record_step_time
         self.graph_bs = sorted(args.decode_graph_bs)  # a batch up to the largest replays a (padded) graph
         self.disable_draft_extend_graph = draft_extend_graph_disabled()
@@ -161,6 +170,23 @@ class Engine:
             return {r: n for r in batch}
         return {r: self._accept_by_category.get(r.category, self.accept).draw_keyed(r.accept_key, r.completion_tokens)
                 for r in batch}
+
+    def _draw_grants_at(self, batch: list[Request], steps: int) -> dict[Request, int]:
+        """:meth:`_draw_grants` for an adaptive tier of ``steps`` draft steps (``steps + 1`` draft
+        tokens, as SGLang's adaptive runtime states, ``adaptive_runtime_state.py`` ~96-104); 0
+        steps verifies one token: the bonus only."""
+        if steps == 0:
+            return {r: 1 for r in batch}
+        out = {}
+        for r in batch:
+            key = (r.category if r.category in self._accept_by_category else None, steps)
+            m = self._accept_at_steps.get(key)
+            if m is None:
+                base = self._accept_by_category.get(r.category, self.accept)
+                p = base.step_p  # topk 1: the per-token probability
+                m = self._accept_at_steps[key] = AcceptanceModel(p, steps, 1, steps + 1, base.simulate, self.rng)
+            out[r] = m.draw() if m.simulate is not None else m.draw_keyed(r.accept_key, r.completion_tokens)
+        return out
 
     # ----------------------------------------------------------------- loop
     def _run(self) -> None:
@@ -264,15 +290,22 @@ class Engine:
             else:
                 kind = "spec"
                 graph = graph_ok and prof.verify_graph_captured(a.speculative_attention_mode)
-                d_s, e_s = prof.draft_parts_s(b, a.speculative_num_steps or 1)
-                v_s = prof.verify_s(b, a.speculative_num_draft_tokens or 2, kv, a.speculative_attention_mode, graph)
+                steps = self.adaptive.steps_for(b) if self.adaptive is not None else (a.speculative_num_steps or 1)
+                d_s, e_s = prof.draft_parts_s(b, steps)  # 0 steps: no draft, draft-extend still runs
+                v_s = prof.verify_s(b, steps + 1 if self.adaptive is not None else (a.speculative_num_draft_tokens or 2),
+                                    kv, a.speculative_attention_mode, graph)
                 # SGLang's device-timer booking: a graph-replayed draft is "eagle_draft" /
                 # "eagle_draft_extend"; an eager one runs through eager_runner and is booked as
                 # "decode" / "extend" (eagle_worker_v2.py ~693-715, ~1182-1213; eager_runner.py
                 # ~261, ~342-350). Draft graphs follow the batch limit and --disable-cuda-graph.
                 phases = [("eagle_draft" if graph_ok else "decode", d_s), ("target_verify", v_s),
                           ("eagle_draft_extend" if graph_ok and not self.disable_draft_extend_graph else "extend", e_s)]
-                grants = self._draw_grants(batch)
+                if steps == 0:  # adaptive tier 0: no draft forward at all (eagle_worker_v2.py ~1179-1182)
+                    phases = phases[1:]
+                grants = self._draw_grants(batch) if self.adaptive is None else self._draw_grants_at(batch, steps)
+                if self.adaptive is not None:
+                    self._steps_pending.append((steps, {r.rid: grants[r] - 1 for r in batch if not r.internal}))
+                    self.adaptive.on_verify([grants[r] - 1 for r in batch], b)
         planned = prof.overhead_s + sum(s for _, s in phases)
         phases = _merge(phases)
         # --- timed phases. The scheduler-overhead phase [start, start + overhead) absorbs the
@@ -361,6 +394,10 @@ class Engine:
               "draft_s": draft_s, "verify_s": actual.get("target_verify", 0.0), "decode_s": decode_s,
               "prefill_s": prefill_s, "planned_s": planned, "tokens": tokens,
               "booked_s": {c: round(v, 9) for c, v in actual.items()}}
+        if kind == "spec" and self.adaptive is not None:
+            # the adaptive tier that served this cycle and what its verify fed back (before any cut)
+            it["num_steps"], it["correct_drafts"] = self._steps_pending.popleft()
+            self._last_steps = it["num_steps"]
         self.iteration += 1
         self.truth.write(it)
         if self.tracer is not None:  # /start_profile .. /stop_profile (lab/emulator/modelled_trace.py)
@@ -407,6 +444,9 @@ class Engine:
             drafts = fct * ((self.args.speculative_num_draft_tokens or 2) - 1)
             acc_rate = self._log_correct / drafts if drafts else 0.0
             self._log_accept_tokens = self._log_correct = self._log_forward_ct = 0
+            steps = self._last_steps if self.adaptive is not None else (self.args.speculative_num_steps or 1)
+            ndraft = steps + 1 if self.adaptive is not None else (self.args.speculative_num_draft_tokens or 2)
+            self.metrics.set_spec_steps(steps, ndraft)
         self.log.info(decode_batch_line(running=running, num_tokens=ntok, token_usage=usage, accept_len=acc_len,
                                         accept_rate=acc_rate, cuda_graph=graph, gen_throughput=thr, queue=queue,
                                         occupancy=self._occupancy(now)))

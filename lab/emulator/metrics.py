@@ -95,6 +95,11 @@ class EmulatorMetrics:
             "sglang:generation_tokens_total", "Number of generation tokens processed.", tok + ["is_streaming"], registry=r)
         self.spec_verify_calls_total = _Counter(
             "sglang:spec_verify_calls_total", "Number of speculative decoding verification calls.", tok, registry=r)
+        # SGLang 0.5.16 metrics_collector.py ~440-451 (set at each decode log line, metrics_reporter.py ~808-884):
+        # the active tier of --speculative-adaptive, else the launch's steps; 0 without speculation
+        self.spec_num_steps = Gauge("sglang:spec_num_steps", "Currently active speculative_num_steps.", ln, registry=r)
+        self.spec_num_draft_tokens = Gauge("sglang:spec_num_draft_tokens",
+                                           "Currently active speculative_num_draft_tokens.", ln, registry=r)
         self.num_running_reqs.labels(**self.labels).set(0)
         self.num_queue_reqs.labels(**self.labels).set(0)
         # Per-rank forward counters: the engine thread adds plain floats (every iteration, inside
@@ -121,6 +126,11 @@ class EmulatorMetrics:
         self.generation_tokens_total.labels(**self.tokenizer_labels, is_streaming=s).inc(completion_tokens)
         if spec_verify_ct > 0:
             self.spec_verify_calls_total.labels(**self.tokenizer_labels).inc(spec_verify_ct)
+
+    def set_spec_steps(self, steps: int, draft_tokens: int) -> None:
+        """The active speculative tier (``sglang:spec_num_steps``, ``sglang:spec_num_draft_tokens``)."""
+        self.spec_num_steps.labels(**self.labels).set(steps)
+        self.spec_num_draft_tokens.labels(**self.labels).set(draft_tokens)
 
     def set_queues(self, running: int, queued: int) -> None:
         self._running.set(running)

@@ -80,6 +80,10 @@ class PromSnapshot:
         return v
 
 
+#: SGLang 0.5.16's gauge of the active ``speculative_num_steps`` (absent in builds without it).
+SPEC_NUM_STEPS = "sglang:spec_num_steps"
+
+
 def parse_prometheus(text: str) -> PromSnapshot:
     """Parse Prometheus exposition text (SGLang ``/metrics``) with prometheus_client's parser.
 
@@ -241,5 +245,8 @@ def server_timing(before: str | PromSnapshot, after: str | PromSnapshot, *,
             "prefill_none_passes": prefill_eager,
             "tp_rank": ranks[0].get("tp_rank"),
             "rank_selectors": ranks,
+            # SGLang 0.5.16's active speculative tier (gauge, metrics_collector.py ~440; with
+            # --speculative-adaptive the tier serving at the scrape), before and after the window
+            "spec_num_steps": {"before": b.value(SPEC_NUM_STEPS, **ranks[0]), "after": a.value(SPEC_NUM_STEPS, **ranks[0])},
         },
     }
