@@ -202,6 +202,18 @@ def _crosscheck_sentences(comparison: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def _crossover(comparison: dict[str, Any]) -> list[dict[str, Any]]:
+    """``comparison["crossover"]`` (the compare stage's), else computed from its modes (a
+    comparison.json written before the context axis had crossovers)."""
+    if comparison.get("crossover") is not None:
+        return list(comparison["crossover"])
+    if not comparison.get("modes"):
+        return []
+    from lab.analysis.crossover import crossovers
+
+    return [x.to_dict() for x in crossovers(comparison)]
+
+
 def build_answer(comparison: dict[str, Any], report_path: str | Path | None = None) -> Answer:
     """Collect the answer from a comparison (module docstring); ``report_path`` is shown as given."""
     baseline = comparison.get("baseline")
@@ -233,7 +245,7 @@ def build_answer(comparison: dict[str, Any], report_path: str | Path | None = No
                   headlines=headline_lines(comparison) if baseline else [],
                   provenance=_provenance_sentence(comparison), break_even=be,
                   crosscheck=_crosscheck_sentences(comparison),
-                  crossover={x["mode"]: x["line"] for x in comparison.get("crossover") or [] if x.get("line")})
+                  crossover={x["mode"]: x["line"] for x in _crossover(comparison) if x.get("line")})
 
 
 #: Heading of the open-loop sentences (lab.analysis.load).
