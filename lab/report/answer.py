@@ -232,7 +232,10 @@ def build_answer(comparison: dict[str, Any], report_path: str | Path | None = No
             paired_key = catalog.speedup_key(head.name, "per_prompt")
             beside = [f"{'paired per prompt' if k == paired_key else label} {t}" for k, label in speedups
                       if k != verdict_key and (t := _ratio_text(e.get(k), verdict=False))]
-            lines.append((key, verdict, beside, [m.text(v) for m in values if (v := _mean(e, m.name)) is not None]))
+            shown = [m.text(v) for m in values if (v := _mean(e, m.name)) is not None]
+            if e.get("verify_backend") or e.get("draft_backend"):  # next to the verify number: what served it
+                shown.append(f"attention verify {e.get('verify_backend') or '?'}, draft {e.get('draft_backend') or '?'}")
+            lines.append((key, verdict, beside, shown))
         rows.append((mode, lines))
     lossless = {m: e["line"] for m, e in ((comparison.get("lossless") or {}).get("modes") or {}).items()
                 if e.get("line")}
