@@ -213,7 +213,9 @@ def crossover_line(x: Crossover) -> str:
     pts = x.points
     lo_ctx, hi_ctx = pts[0].context_tokens, pts[-1].context_tokens
     acc = pts[-1] if not x.flips else x.flips[0]["to"]
-    acc_text = f"at accept length {acc.accept_length:.2f} [{acc.accept_lo:.2f}, {acc.accept_hi:.2f}]"
+    acc_ci = (f" [{acc.accept_lo:.2f}, {acc.accept_hi:.2f}]" if (acc.accept_lo, acc.accept_hi) != (acc.accept_length,) * 2
+              else " (no interval)")
+    acc_text = f"at accept length {acc.accept_length:.2f}{acc_ci}"
     be_text = f"break-even {pts[0].break_even:.2f} at {lo_ctx} -> {pts[-1].break_even:.2f} at {hi_ctx}"
     head = f"{x.mode} ({_backends(x)}; concurrency {x.concurrency})"
     if not x.flips:
