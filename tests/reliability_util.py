@@ -65,7 +65,7 @@ def small_params(tmp_path: Path, faults: list[str] | None = None, **bench) -> La
     p.server.stop_grace_s = 1.0
     p.emulator.startup_delay_s = 0.05
     p.emulator.faults = list(faults or [])
-    b = {"num_prompts": 4, "max_new_tokens": 12, "concurrency": [1, 2], "warmup_requests": 0,
+    b = {"num_prompts": 4, "max_new_tokens": 12, "concurrency": [1, 2], "warmup_requests": 0, "context_tokens": [0],
          "repeats": 1, "request_timeout_s": 60,
          "request_rates": []}  # closed-loop levels only: the fault cases count requests per level
     b.update(bench)

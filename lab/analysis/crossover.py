@@ -10,8 +10,8 @@ the baseline at the same point, with its 95 % interval and verdict: the lab's ve
 :func:`lab.catalog.headline_metric`). The context axis of a mode is its entries at the lowest
 concurrency and the primary output length, sorted by ``context_tokens``.
 
-The crossover context of a pair of neighbouring lengths ``(T0, T1)`` whose verdicts differ is
-estimated twice, both by linear interpolation in context:
+The crossover context of a pair of neighbouring lengths ``(T0, T1)`` whose verdicts differ (or
+between which an estimate crosses) is estimated twice, both by linear interpolation in context:
 
 - **measured**: where the measured speedup ratio ``r(T)`` crosses 1, ``T0 + (1 - r0) / (r1 -
   r0) * (T1 - T0)``;
@@ -87,8 +87,10 @@ class Crossover:
     :ivar verify_backend, draft_backend: what served target verify and the draft (from
         ``/server_info``, :mod:`lab.engine.effective`), None when unknown.
     :ivar points: :class:`ContextPoint` by context ascending.
-    :ivar flips: one dict per verdict change: ``from``/``to`` (points), ``measured_tokens``
-        and ``break_even_tokens`` (interpolated crossover, tokens; None when not computable).
+    :ivar flips: one dict per pair of neighbouring lengths whose verdicts differ or between
+        which the measured speedup crosses 1 or the break-even margin crosses 0: ``from``/``to``
+        (points), ``measured_tokens`` and ``break_even_tokens`` (interpolated crossover,
+        tokens; None when that estimate does not cross inside the pair).
     """
 
     mode: str
@@ -177,12 +179,11 @@ def crossovers(summary: dict[str, Any], backends: dict[str, tuple[str | None, st
         vb, db = (backends or {}).get(mode, (first.get("verify_backend"), first.get("draft_backend")))
         x = Crossover(mode, c, vb, db, pts)
         for p0, p1 in zip(pts, pts[1:]):
-            if (p0.verdict or "") == (p1.verdict or ""):
-                continue
             meas = None if p0.ratio is None or p1.ratio is None else interpolate_crossing(
                 p0.context_tokens, p0.ratio, p1.context_tokens, p1.ratio, 1.0)
             be = interpolate_crossing(p0.context_tokens, p0.margin_ms, p1.context_tokens, p1.margin_ms, 0.0)
-            x.flips.append({"from": p0, "to": p1, "measured_tokens": meas, "break_even_tokens": be})
+            if (p0.verdict or "") != (p1.verdict or "") or meas is not None or be is not None:
+                x.flips.append({"from": p0, "to": p1, "measured_tokens": meas, "break_even_tokens": be})
         out.append(x)
     return out
 
@@ -212,7 +213,9 @@ def crossover_line(x: Crossover) -> str:
     pts = x.points
     lo_ctx, hi_ctx = pts[0].context_tokens, pts[-1].context_tokens
     acc = pts[-1] if not x.flips else x.flips[0]["to"]
-    acc_text = f"at accept length {acc.accept_length:.2f} [{acc.accept_lo:.2f}, {acc.accept_hi:.2f}]"
+    acc_ci = (f" [{acc.accept_lo:.2f}, {acc.accept_hi:.2f}]" if (acc.accept_lo, acc.accept_hi) != (acc.accept_length,) * 2
+              else " (no interval)")
+    acc_text = f"at accept length {acc.accept_length:.2f}{acc_ci}"
     be_text = f"break-even {pts[0].break_even:.2f} at {lo_ctx} -> {pts[-1].break_even:.2f} at {hi_ctx}"
     head = f"{x.mode} ({_backends(x)}; concurrency {x.concurrency})"
     if not x.flips:
@@ -223,18 +226,22 @@ def crossover_line(x: Crossover) -> str:
     for f in x.flips:
         p0, p1 = f["from"], f["to"]
         where = f["measured_tokens"] if f["measured_tokens"] is not None else f["break_even_tokens"]
-        about = f"about {where:.0f}" if where is not None else f"between {p0.context_tokens} and {p1.context_tokens}"
         be = (f"; break-even crossover {f['break_even_tokens']:.0f}" if f["break_even_tokens"] is not None
               and f["measured_tokens"] is not None else "")
-        parts.append(f"is {p0.verdict} up to {about} tokens of context, {p1.verdict} past it "
-                     f"({_sp(p0)}, {_sp(p1)}{be})")
+        if where is None:  # the verdict changes, but no estimate crosses inside the pair
+            parts.append(f"is {p0.verdict} at {p0.context_tokens} tokens of context and {p1.verdict} at "
+                         f"{p1.context_tokens} ({_sp(p0)}, {_sp(p1)})")
+        else:
+            parts.append(f"is {p0.verdict} up to about {where:.0f} tokens of context, {p1.verdict} past it "
+                         f"({_sp(p0)}, {_sp(p1)}{be})")
     return f"{head} " + "; then ".join(parts) + f", {acc_text} ({be_text})"
 
 
 def break_even_map_figure(xs: list[Crossover], caption: str = ""):
     """Break-even accept length against context length, one line per mode (label: mode and the
     backends that served verify and draft), the measured accept length with its 95 % interval
-    drawn at each length in the same colour; where the measured accept length is above the
+    drawn at each length in the same colour (dodged sideways by about 1 % of the axis per mode so
+    modes with the same accept length stay visible); where the measured accept length is above the
     line the mode wins on these costs. Interpolated crossovers are marked. Returns a
     matplotlib figure, or None without any mode with two context lengths."""
     if not xs:
@@ -251,11 +258,13 @@ def break_even_map_figure(xs: list[Crossover], caption: str = ""):
              for ln in textwrap.wrap(t, 140)]
     fig, ax = plt.subplots(figsize=(9.5, 5.0 + 0.16 * len(lines)))
     palette = sns.color_palette("tab10", len(xs))
-    for color, x in zip(palette, xs):
+    span = max(p.context_tokens for x in xs for p in x.points) or 1
+    for i, (color, x) in enumerate(zip(palette, xs)):
         ctx = [p.context_tokens for p in x.points]
         ax.plot(ctx, [p.break_even for p in x.points], color=color, marker="s", ms=4,
                 label=f"{x.mode} ({_backends(x)}): break-even")
-        ax.errorbar(ctx, [p.accept_length for p in x.points],
+        dodge = (i - (len(xs) - 1) / 2) * 0.012 * span  # modes sharing an accept length stay visible
+        ax.errorbar([c + dodge for c in ctx], [p.accept_length for p in x.points],
                     yerr=[[p.accept_length - p.accept_lo for p in x.points], [p.accept_hi - p.accept_length for p in x.points]],
                     fmt="o--", color=color, alpha=0.7, capsize=3, ms=5, lw=0.8)
         for f in x.flips:

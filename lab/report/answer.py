@@ -227,6 +227,18 @@ def _crosscheck_sentences(comparison: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def _crossover(comparison: dict[str, Any]) -> list[dict[str, Any]]:
+    """``comparison["crossover"]`` (the compare stage's), else computed from its modes (a
+    comparison.json written before the context axis had crossovers)."""
+    if comparison.get("crossover") is not None:
+        return list(comparison["crossover"])
+    if not comparison.get("modes"):
+        return []
+    from lab.analysis.crossover import crossovers
+
+    return [x.to_dict() for x in crossovers(comparison)]
+
+
 def build_answer(comparison: dict[str, Any], report_path: str | Path | None = None) -> Answer:
     """Collect the answer from a comparison (module docstring); ``report_path`` is shown as given."""
     baseline = comparison.get("baseline")
@@ -249,7 +261,10 @@ def build_answer(comparison: dict[str, Any], report_path: str | Path | None = No
             paired_key = catalog.speedup_key(head.name, "per_prompt")
             beside = [f"{'paired per prompt' if k == paired_key else label} {t}" for k, label in speedups
                       if k != verdict_key and (t := _ratio_text(e.get(k), verdict=False))]
-            lines.append((key, verdict, beside, [m.text(v) for m in values if (v := _mean(e, m.name)) is not None]))
+            shown = [m.text(v) for m in values if (v := _mean(e, m.name)) is not None]
+            if e.get("verify_backend") or e.get("draft_backend"):  # next to the verify number: what served it
+                shown.append(f"attention verify {e.get('verify_backend') or '?'}, draft {e.get('draft_backend') or '?'}")
+            lines.append((key, verdict, beside, shown))
         rows.append((mode, lines))
     lossless = {m: e["line"] for m, e in ((comparison.get("lossless") or {}).get("modes") or {}).items()
                 if e.get("line")}
@@ -262,7 +277,7 @@ def build_answer(comparison: dict[str, Any], report_path: str | Path | None = No
                   headlines=headline_lines(comparison) if baseline else [],
                   provenance=_provenance_sentence(comparison), break_even=be,
                   crosscheck=_crosscheck_sentences(comparison),
-                  crossover={x["mode"]: x["line"] for x in comparison.get("crossover") or [] if x.get("line")})
+                  crossover={x["mode"]: x["line"] for x in _crossover(comparison) if x.get("line")})
 
 
 #: Heading of the open-loop sentences (lab.analysis.load).

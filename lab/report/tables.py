@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fas
 
 __all__ = ["write_csv", "concurrency_rows", "lossless_rows", "LOSSLESS_COLUMNS", "write_summary_markdown", "write_comparison_json", "summary_markdown",
            "read_summary_rows", "summary_table", "table_columns", "speedup_cell", "HEADLINE_DIR", "headline_record",
-           "write_headlines"]
+           "write_headlines", "context_speedups"]
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path, columns: tuple[str, ...] = ()) -> None:
@@ -115,7 +115,10 @@ def headline_record(summary: dict[str, Any], mode: str) -> dict[str, Any]:
     - ``point``: that point (``"c1"``);
     - ``source``: what the numbers stand on (:func:`lab.analysis.provenance.short_label`:
       ``"emulator"``, ``"sglang: random weights, simulated acceptance"``);
-    - ``speedup``: the ratio alone (3 decimals), for ``dvc metrics diff`` and ``--sort-by``.
+    - ``speedup``: the ratio alone (3 decimals), for ``dvc metrics diff`` and ``--sort-by``;
+    - ``speedup_ctx<T>``: the same ratio at each other context length ``T`` of ``bench.context_tokens``
+      (same concurrency, primary output length; :func:`context_speedups`), so the context axis
+      reaches ``dvc metrics show`` / ``dvc exp show`` too.
     """
     import re
 
@@ -133,6 +136,7 @@ def headline_record(summary: dict[str, Any], mode: str) -> dict[str, Any]:
         word = HEADLINE_WORDS.get(h["verdict"], h["verdict"]) or "not judged"
         out.update(headline=f"{h['ratio']:.2f}x{ci} {word}, {scope}", point=h["point"],
                    speedup=round(float(h["ratio"]), 3))
+        out.update(context_speedups(summary, mode, h["point"]))
     else:
         m = catalog.headline_metric()
         points = sorted(((k, e) for k, e in (summary["modes"].get(mode) or {}).items()
@@ -143,6 +147,24 @@ def headline_record(summary: dict[str, Any], mode: str) -> dict[str, Any]:
         if points:
             out["point"] = points[0][0]
     out["source"] = short_label((summary.get("provenance") or {}).get(mode) or {"engine": "?"})
+    return out
+
+
+def context_speedups(summary: dict[str, Any], mode: str, point: str) -> dict[str, float]:
+    """``{"speedup_ctx<T>": ratio}`` (3 decimals) of the verdict speedup at every off-primary
+    context length ``T`` measured at ``point``'s concurrency and its output length (entries keyed
+    ``c<N>_ctx<T>_out<M>``, :func:`lab.measure.point.level_key`); empty with one context length."""
+    levels = summary["modes"].get(mode) or {}
+    base = levels.get(point) or {}
+    key = catalog.speedup_key(catalog.headline_metric().name, catalog.VERDICT_SPEEDUP)
+    out = {}
+    for k, e in levels.items():
+        if (k == point or e.get("concurrency") != base.get("concurrency") or e.get("request_rate") is not None
+                or e.get("max_new_tokens") != base.get("max_new_tokens") or e.get("context_tokens") is None):
+            continue
+        r = (e.get(key) or {}).get("ratio")
+        if r is not None and r == r:
+            out[f"speedup_ctx{int(e['context_tokens'])}"] = round(float(r), 3)
     return out
 
 

@@ -71,3 +71,22 @@ def test_interpolate_crossing():
     assert interpolate_crossing(0, 1.2, 1000, 0.8, 1.0) == pytest.approx(500)
     assert interpolate_crossing(0, 1.2, 1000, 1.1, 1.0) is None
     assert interpolate_crossing(0, 1.0, 1000, 1.0, 1.0) is None
+
+
+def test_context_reaches_the_dvc_headline_and_the_answer():
+    """The DVC headline carries the verdict speedup at each other context length
+    (``speedup_ctx<T>``), and the answer (``lab summary``, summary.md) the crossover line, also
+    from a comparison.json that has no ``crossover`` yet."""
+    from lab.report.answer import answer_text, build_answer
+    from lab.report.tables import headline_record
+
+    s = _summary()
+    rec = headline_record(s, "eagle3_decode")
+    assert rec["point"] == "c1" and set(k for k in rec if k.startswith("speedup_ctx")) == {
+        "speedup_ctx2048", "speedup_ctx4096", "speedup_ctx8192"}
+    assert rec["speedup_ctx8192"] < 1 < rec["speedup"]
+    assert not any(k.startswith("speedup_ctx") for k in headline_record(_summary(contexts=(0,)), "eagle3_decode"))
+    a = build_answer(s)
+    assert a.crossover["eagle3_decode"].startswith("eagle3_decode (verify on triton, draft on triton")
+    text = " ".join(answer_text(s).split())  # unwrapped
+    assert "context: eagle3_decode (verify on triton" in text and "tokens of context" in text
