@@ -21,8 +21,10 @@ pytestmark = pytest.mark.integration
 # 3 repeats: the default profile's acceptance depends on the prompt's category
 # (acceptance.per_category), so repeats that draw different prompts differ in accept length;
 # with 2 the accept-length interval (t with 1 df) is too wide for the break-even verdict.
+# One context length (params.yaml's default sweeps [0, 4096]): this pipeline's checks are per
+# concurrency level; the context axis end to end is tests/e2e/test_context_crossover.py.
 SMALL_BENCH = {"num_prompts": 4, "max_new_tokens": 40, "concurrency": [1, 4], "warmup_requests": 1,
-               "repeats": 3}
+               "repeats": 3, "context_tokens": [0]}
 
 
 _dvc = run_dvc
