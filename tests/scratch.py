@@ -45,7 +45,8 @@ def scratch_repo(repo: Path, edit: Callable[[dict], None] | None = None,
     """Copy the lab (code, notebooks, data, DVC config) into ``repo`` and ``git init`` it.
 
     :param edit: changes the loaded params.yaml dict in place; the server port is always
-        set to a free one first.
+        set to a free one first, and ``bench.context_tokens`` to ``[0]`` (one context length, as
+        the tests were written for; params.yaml's default sweeps two: a test of that axis sets it).
     :param extra_files: more top-level files to copy (e.g. ``.gitignore``).
     """
     repo.mkdir(parents=True, exist_ok=True)
@@ -57,6 +58,7 @@ def scratch_repo(repo: Path, edit: Callable[[dict], None] | None = None,
     shutil.copy(ROOT / ".dvc" / "config", repo / ".dvc" / "config")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["server"]["port"] = free_port()
+    params["bench"]["context_tokens"] = [0]
     if edit is not None:
         edit(params)
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

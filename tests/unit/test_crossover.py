@@ -90,3 +90,14 @@ def test_context_reaches_the_dvc_headline_and_the_answer():
     assert a.crossover["eagle3_decode"].startswith("eagle3_decode (verify on triton, draft on triton")
     text = " ".join(answer_text(s).split())  # unwrapped
     assert "context: eagle3_decode (verify on triton" in text and "tokens of context" in text
+
+
+def test_break_even_sentence_names_the_backend_next_to_each_number():
+    from lab.analysis.theory import ModeCosts, explain
+    from lab.report.html import _backend_sentence
+
+    s = _summary()
+    text = explain(ModeCosts("eagle3_decode", 1, 12.0, 0.9, 18.3, 1.85, 1.84, 1.86, 3))
+    out = _backend_sentence(text, s, "eagle3_decode")
+    assert "0.9 ms draft (triton) + 18.3 ms verify (triton) against a 12.0 ms decode step" in out
+    assert out.startswith("eagle3_decode (concurrency 1)")
