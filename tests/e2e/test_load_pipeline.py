@@ -104,7 +104,8 @@ def test_comparison_pareto_answer_and_mlflow(repo):
         logs = [math.log(runs["eagle3_decode"][k] / runs["baseline"][k]) for k in (0, 1)]
         assert s["paired"] and s["ratio"] == pytest.approx(math.exp(sum(logs) / 2))
         lo, hi = s["ci95_lo"], s["ci95_hi"]
-        assert lo is None or (lo <= s["ratio"] <= hi and (s["verdict"] == "faster") == (lo > 1))
+        assert lo is None or lo <= s["ratio"] <= hi
+        assert s["verdict"] is None  # one launch: no goodput verdict word (issue 32)
     truth = {m: _truth_good(repo, m, "r8") for m in MODES}  # requests the emulator served within the SLO
     if s["ci95_lo"] is None and all(r["slo_attainment"] == 1.0 for m in MODES for r in r8_runs[m]):
         # every request met the SLO in every repeat of both modes: a ceiling, said as such
