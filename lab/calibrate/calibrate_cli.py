@@ -170,8 +170,15 @@ def run_predictions(args: argparse.Namespace):
     if point not in {p.key for p in points}:
         raise ValueError(f"--point {point}: not a point of this bench ({', '.join(p.key for p in points)})")
     dirs = [Path(c.result_dir) for c in cal.obs.configs.values()] + list(args.measured) + default_result_dirs(root)
+    from lab.analysis.sentinel import NOT_WORKLOAD
+
+    import json
+
+    bench = json.loads(json.dumps(params.bench.model_dump(), default=str))  # as result.json holds it
+    workload = {k: v for k, v in bench.items() if k not in NOT_WORKLOAD}  # what the sentinel records per launch
     preds = predict(cal, cands, points, workload_from_params(params), draws=args.draws, seed=args.seed,
-                    measured=measured_by_config(dirs, engine=cal.engine, versions=cal.engine_versions))
+                    measured=measured_by_config(dirs, engine=cal.engine, versions=cal.engine_versions),
+                    workload=workload)
     return cal, preds, point
 
 

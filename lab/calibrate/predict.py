@@ -26,6 +26,21 @@ depends on a constant the data did not determine: its mean regressors are checke
 draft position, its verify variant and graph capture against the calibration. It is never
 extrapolated silently.
 
+**Launch-to-launch noise** (issue 32): a measurement is one engine launch, and launches differ
+(docs/measurement.md, "Launches"). Each draw's timing metrics are multiplied by a launch effect
+``exp(N(0, launch_cv^2))`` of their own (tok/s times it, ms divided), drawn independently for every
+candidate and point, so the interval is for *a new launch's* repeat mean and a speedup carries
+two launches' noise. ``launch_cv`` is the documented spread of the engine
+(:func:`launch_cv_for`: the emulator's default profile 2.2 %); where none is known the interval
+says it leaves launch noise out (a note).
+
+**Measured beside predicted only when the whole workload matches**: a measurement is set beside a
+prediction only when its configuration key, point, per-point output and context length, and every
+other workload key of ``bench`` (the regression sentinel's ``workload``: prompts, repeats, seed,
+dataset and its sha256, temperature, output spread, burstiness, SLO...) and the server's batch
+limits are the same (:func:`workload_mismatch`); otherwise the prediction says "not measured"
+with what differs (``not_measured``).
+
 Residual noise of the prefill blocks (``extend``, ``prefill_wall``) is not drawn (their rows are
 window totals or per-prefill means, not per-iteration costs); their coefficients' uncertainty is.
 """
@@ -115,13 +130,15 @@ class Prediction:
     needs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     measured: dict[str, float] = field(default_factory=dict)
+    #: why a measurement of this configuration and point is not set beside it (another workload), or None
+    not_measured: str | None = None
     samples: dict[str, list[float]] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (samples left out)."""
         return {"candidate": asdict(self.candidate), "config": self.candidate.key, "point": asdict(self.point),
                 "status": self.status, "metrics": self.metrics, "p_win": self.p_win, "needs": self.needs,
-                "notes": self.notes, "measured": self.measured,
+                "notes": self.notes, "measured": self.measured, "not_measured": self.not_measured,
                 "error_pct": {m: 100.0 * (self.metrics[m]["pred"] - v) / v for m, v in self.measured.items()
                               if m in self.metrics and self.metrics[m].get("pred") is not None and v}}
 
@@ -352,17 +369,73 @@ def _interval(values: list[float]) -> dict[str, float | None]:
     return {"pred": float(q[1]), "lo": float(q[0]), "hi": float(q[2])}
 
 
+#: Keys of the sentinel's ``workload`` that name the list of points (compared per point instead).
+POINT_LIST_KEYS = frozenset({"concurrency", "request_rates", "context_tokens", "output_tokens", "max_new_tokens"})
+
+
+def launch_cv_for(engine: str | None) -> float | None:
+    """The documented launch-to-launch CV of a launch mean for ``engine`` (the emulator's default
+    profile's, :data:`lab.analysis.launches.LAUNCH_SPREAD_PRIORS`), None where none is known."""
+    from lab.analysis.launches import prior_spread
+
+    s = prior_spread(engine, "kimi_k25_tp8_pcie")  # documented only for the emulator's profiles
+    return s.cv if s else None
+
+
+def workload_mismatch(measured: dict[str, Any] | None, point: PredictPoint, wl: Workload,
+                      workload: dict[str, Any] | None) -> list[str]:
+    """What differs between a measured point's workload and the prediction's (module docstring):
+    ``["max_new_tokens 64 measured, 128 predicted", ...]``; empty when everything matches.
+
+    :param measured: the measured point's ``_workload`` (:func:`lab.calibrate.prediction_report.measured_by_config`).
+    :param workload: the prediction's ``bench`` workload (all but the sentinel's ``NOT_WORKLOAD``);
+        None: only the point, :class:`Workload` and server limits are compared.
+    """
+    if not measured:
+        return ["the measurement does not record its workload (result.json without sentinel.material)"]
+    out = []
+    level = measured.get("level") or {}
+    for key, want in (("max_new_tokens", point.output_tokens), ("context_tokens", point.context_tokens)):
+        have = level.get(key)
+        if have is not None and want is not None and int(have) != int(want):
+            out.append(f"{key} {have} measured, {want} predicted")
+    mw = measured.get("workload") or {}
+    ours = dict(workload or {})
+    ours.setdefault("num_prompts", wl.num_prompts)
+    ours.setdefault("repeats", wl.repeats)
+    ours.setdefault("seed", wl.seed)
+    ours.setdefault("output_tokens_spread", wl.output_tokens_spread)
+    for k in sorted(set(mw) | set(ours)):
+        if k in POINT_LIST_KEYS or (k not in mw or k not in ours):
+            continue
+        if mw[k] != ours[k]:
+            out.append(f"{k} {mw[k]!r} measured, {ours[k]!r} predicted")
+    lim = measured.get("limits") or {}
+    for key, want in (("max_running_requests", wl.max_running_requests), ("cuda_graph_max_bs_decode", wl.graph_max_bs)):
+        have = lim.get(key)
+        if have is not None and want is not None and int(have) != int(want):
+            out.append(f"{key} {have} measured, {want} predicted")
+    return out
+
+
 def predict(cal: Calibration, candidates: list[Candidate], points: list[PredictPoint], wl: Workload, *,
             draws: int = 100, seed: int = 0, measured: dict[str, dict[str, dict[str, float]]] | None = None,
-            log=None) -> list[Prediction]:
+            log=None, workload: dict[str, Any] | None = None, launch_cv: float | None = -1.0) -> list[Prediction]:
     """Predict every (candidate, point) (module docstring).
 
-    :param measured: ``{config key: {point key: {metric: mean}}}`` to show beside the predictions
-        (:func:`lab.calibrate.prediction_report.measured_by_config`).
+    :param measured: ``{config key: {point key: {metric: mean, "_workload": {...}}}}`` to show beside
+        the predictions where the whole workload matches (:func:`workload_mismatch`;
+        :func:`lab.calibrate.prediction_report.measured_by_config`).
+    :param workload: the prediction's ``bench`` workload (the sentinel's keys), for that match.
+    :param launch_cv: launch-to-launch CV folded into every interval; -1 (default): the engine's
+        documented one (:func:`launch_cv_for`); None or 0: left out (a note says so).
     :param log: optional ``print``-like progress callback.
     :returns: one :class:`Prediction` per (candidate, point), candidates in the order given.
     """
+    if launch_cv is not None and launch_cv < 0:
+        launch_cv = launch_cv_for(cal.engine)
     rng = np.random.default_rng(seed)
+    launch_rng = np.random.default_rng(seed + 7_919)  # its own stream: the block draws stay as before
     block_draws = {k: f.draw(rng, draws) for k, f in cal.blocks.items()}
     depth = max([c.num_steps or 0 for c in candidates] + [1])
     alpha_draws = cal.acceptance.draw(rng, draws, depth) if cal.acceptance else np.full((draws, depth), np.nan)
@@ -410,6 +483,16 @@ def predict(cal: Calibration, candidates: list[Candidate], points: list[PredictP
                 for m in METRICS:
                     vals = [r[m] for r in runs if r[m] is not None]
                     samples[m].append(statistics.fmean(vals) if vals else None)
+            if launch_cv:  # a new launch's own speed (module docstring)
+                f = np.exp(launch_rng.normal(0.0, launch_cv, draws))
+                for m in METRICS:
+                    if m == "accept_length":
+                        continue
+                    up = m.endswith("_tok_s")
+                    samples[m] = [None if v is None else (v * f[k] if up else v / f[k]) for k, v in enumerate(samples[m])]
+            else:
+                pred.notes.append("the interval leaves out launch-to-launch noise (none known for this engine: "
+                                  "measure it with `lab launches 3`)")
             pred.metrics = {m: _interval(samples[m]) for m in METRICS if any(v is not None for v in samples[m])}
             if not cand.speculative:
                 base_samples[point.key] = samples["decode_tok_s"]
@@ -431,6 +514,10 @@ def predict(cal: Calibration, candidates: list[Candidate], points: list[PredictP
     for pred in out:
         m = (measured or {}).get(pred.candidate.key, {}).get(pred.point.key)
         if m:
+            why = workload_mismatch(m.get("_workload"), pred.point, wl, workload)
+            if why:  # another workload: not this prediction's measurement
+                pred.not_measured = "not measured: " + "; ".join(why)
+                continue
             pred.measured = {k: v for k, v in m.items() if k in (*METRICS, "speedup_decode_tok_s")}
     order = {c.key: i for i, c in enumerate(candidates)}
     out.sort(key=lambda p: order[p.candidate.key])

@@ -43,7 +43,11 @@ def measured_by_config(dirs: list[Path], engine: str | None = None,
     measured at the same point. A configuration measured in several directories keeps the first.
 
     Configuration keys match :attr:`lab.calibrate.predict.Candidate.key` for default attention
-    backends (a launch with a per-mode backend is keyed with ``_b<backend>``)."""
+    backends (a launch with a per-mode backend is keyed with ``_b<backend>``). Each point also
+    holds ``_workload`` (the sentinel's ``workload``, the server's batch limits and the point's
+    output/context length; None when the result does not record them), which
+    :func:`lab.calibrate.predict.workload_mismatch` compares before a measurement is set beside
+    a prediction."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for d in dict.fromkeys(Path(x).resolve() for x in dirs):
         p = Path(d) / "result.json"
@@ -62,7 +66,13 @@ def measured_by_config(dirs: list[Path], engine: str | None = None,
         key = cfg.key + (f"_b{per_mode}" if cfg.speculative and per_mode else "")
         if key in out:
             continue
-        out[key] = {pt: {m: float(v["mean"]) for m, v in lvl.items() if isinstance(v, dict) and v.get("mean") is not None}
+        wl = ((res.get("sentinel") or {}).get("material") or {}).get("workload")
+        limits = {k: eff.get(k) for k in ("max_running_requests", "cuda_graph_max_bs_decode") if eff.get(k) is not None}
+        out[key] = {pt: {**{m: float(v["mean"]) for m, v in lvl.items() if isinstance(v, dict) and v.get("mean") is not None},
+                         # what the point measured, for lab.calibrate.predict.workload_mismatch (issue 32)
+                         "_workload": None if wl is None else {
+                             "workload": wl, "limits": limits,
+                             "level": {k: lvl.get(k) for k in ("max_new_tokens", "context_tokens", "concurrency")}}}
                     for pt, lvl in (res.get("levels") or {}).items()}
     base = out.get("baseline", {})
     for key, points in out.items():
@@ -70,7 +80,8 @@ def measured_by_config(dirs: list[Path], engine: str | None = None,
             continue
         for pt, m in points.items():
             b = base.get(pt, {}).get("decode_tok_s")
-            if b and m.get("decode_tok_s"):
+            same = (base.get(pt, {}).get("_workload") or {}).get("workload") == (m.get("_workload") or {}).get("workload")
+            if b and m.get("decode_tok_s") and same:  # a speedup only between the same workloads
                 m["speedup_decode_tok_s"] = m["decode_tok_s"] / b
     return out
 
@@ -140,7 +151,7 @@ def markdown(preds: list[Prediction], cal: Calibration, point: str, order: str =
               "| --- | --- | " + " | ".join("---" for _ in _SHOWN) + " | --- |"]
     for p in preds:
         cells = [_cell(p.metrics.get(m), 3 if m in ("accept_length", "speedup_decode_tok_s") else 1) for m in _SHOWN]
-        meas = ", ".join(_err(p, m) for m in ("decode_tok_s", "output_tok_s", "verify_ms")) if p.measured else "-"
+        meas = ", ".join(_err(p, m) for m in ("decode_tok_s", "output_tok_s", "verify_ms")) if p.measured else (p.not_measured or "-")
         lines.append(f"| `{p.candidate.key}` | {p.point.key} | " + " | ".join(cells) + f" | {meas} |")
     undet = [p for p in preds if p.status != "ok"]
     if undet:

@@ -122,7 +122,8 @@ def test_comparison_pareto_answer_and_mlflow(run):
         logs = [math.log(runs["eagle3_decode"][k] / runs["baseline"][k]) for k in range(b["repeats"])]
         assert s["paired"] and s["ratio"] == pytest.approx(math.exp(sum(logs) / len(logs)))
         lo, hi = s["ci95_lo"], s["ci95_hi"]
-        assert lo is None or (lo <= s["ratio"] <= hi and (s["verdict"] == "faster") == (lo > 1))
+        assert lo is None or lo <= s["ratio"] <= hi
+        assert s["verdict"] is None  # one launch: no goodput verdict word (issue 32)
     truth = {m: _truth_good(repo, m, point, slo) for m in MODES}  # requests the emulator served within the SLO
     if s["ci95_lo"] is None and all(r["slo_attainment"] == 1.0 for m in MODES for r in rate_runs[m]):
         # every request met the SLO in every repeat of both modes: a ceiling, said as such

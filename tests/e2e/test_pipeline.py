@@ -82,14 +82,17 @@ def test_compare_outputs_and_verdicts(repo):
         truth_ratio = _result(repo, mode)["ground_truth"]["c1"]["decode_tok_s"] / base_truth
         assert sp["ratio"] == pytest.approx(truth_ratio, rel=0.05), mode
         assert abs(truth_ratio - 1.0) > 0.1, f"{mode}: the profile no longer separates it from the baseline"
-        assert sp["verdict"] == ("faster" if truth_ratio > 1 else "slower"), (mode, sp, truth_ratio)
+        # one launch, no launch spread measured: no verdict word (issue 32); the interval, widened with the
+        # emulator's documented launch spread, still lies on the truth's side of 1
+        assert sp["verdict"] is None and sp["note"].startswith("no verdict: one launch"), (mode, sp)
+        assert (sp["ci95_lo"] > 1) if truth_ratio > 1 else (sp["ci95_hi"] < 1), (mode, sp, truth_ratio)
         for point, e in summary["modes"][mode].items():  # no verdict against the truth's direction anywhere
             gt = _result(repo, mode)["ground_truth"][point]["decode_tok_s"] / _result(
                 repo, "baseline")["ground_truth"][point]["decode_tok_s"]
             wrong = "slower" if gt > 1.05 else "faster" if gt < 0.95 else None
             assert e["speedup_decode_tok_s"]["verdict"] != wrong, (mode, point, e["speedup_decode_tok_s"], gt)
         # one launch per mode (bench.launches 1, a fresh MLflow store: no earlier launch to borrow from)
-        assert sp["scope"] == "within one launch" and summary["modes"][mode]["c1"]["launches"] == 1
+        assert sp["scope"].startswith("launch spread assumed: 2.2% CV") and summary["modes"][mode]["c1"]["launches"] == 1
     assert "emulator" in summary["caption"] and "Not a GPU measurement" in summary["caption"]
     # the figures' content is checked on the Figure objects (tests/unit/test_figures.py); here: drawn as PNGs
     for name in ("decode_tok_s", "latency_ms", "accept_length", "speedup"):

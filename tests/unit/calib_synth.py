@@ -75,7 +75,11 @@ def write_result(path: Path, profile, *, spec: dict | None = None, engine_versio
     env = "" if draft_extend_graph else "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH=1 "
     result = {"status": "ok", "mode": path.name, "engine": "emulator", "engine_version": engine_version,
               "server_command": env + "python -m lab.emulator", "effective_config": eff,
-              "dataset": {"num_prompts": len(PROMPTS)}, "levels": aggregate_levels(rows)}
+              "dataset": {"num_prompts": len(PROMPTS)}, "levels": aggregate_levels(rows),
+              # the workload the regression sentinel records (lab.calibrate.predict.workload_mismatch reads it)
+              "sentinel": {"material": {"workload": {"num_prompts": num_prompts, "repeats": repeats, "seed": 0,
+                                                     "output_tokens_spread": 0.0, "max_new_tokens": tokens,
+                                                     "concurrency": list(points)}}}}
     (path / "result.json").write_text(json.dumps(result))
     (path / "runs.json").write_text(json.dumps(rows))
     (path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))

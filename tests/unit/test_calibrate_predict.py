@@ -120,8 +120,41 @@ def test_measured_values_sit_beside_predictions(results):
     assert "speedup_decode_tok_s" in measured["s2_k1_d3_decode"]["c1"]
     p = [q for q in predict(cal, [Candidate("baseline", False), _spec(2, "decode")], POINTS, WL, draws=30,
                             measured=measured) if q.candidate.speculative][0]
+    assert p.not_measured is None, p.not_measured
     assert p.measured["decode_tok_s"] == measured["s2_k1_d3_decode"]["c1"]["decode_tok_s"]
     assert abs(p.to_dict()["error_pct"]["decode_tok_s"]) < 6.0
+
+
+def test_a_measurement_of_another_workload_is_not_measured(results):
+    """Issue 32, item 4: a prediction at 128 new tokens was set beside the 64-token measurement."""
+    cal = calibrate([results["baseline"], results["s1"], results["s4"]])
+    measured = measured_by_config([results["s2"], results["baseline"]])
+    longer = [PredictPoint("c1", 1, 0, 48)]  # the measurement decoded 24 tokens
+    p = [q for q in predict(cal, [Candidate("baseline", False), _spec(2, "decode")], longer, WL, draws=20,
+                            measured=measured) if q.candidate.speculative][0]
+    assert not p.measured and p.not_measured.startswith("not measured: max_new_tokens 24 measured, 48 predicted")
+    assert p.to_dict()["error_pct"] == {}
+    other = Workload(num_prompts=8, repeats=3, seed=0)  # more prompts per point: another workload
+    q = [r for r in predict(cal, [Candidate("baseline", False)], POINTS[:1], other, draws=20, measured=measured)][0]
+    assert not q.measured and "num_prompts 4 measured, 8 predicted" in q.not_measured
+    seeded = predict(cal, [Candidate("baseline", False)], POINTS[:1], WL, draws=20, measured=measured,
+                     workload={"temperature": 0.7})  # a key the measurement did not record is not compared
+    assert seeded[0].measured
+
+
+def test_prediction_intervals_include_launch_noise(results):
+    cal = calibrate([results["baseline"], results["s1"], results["s4"]])
+    cands = [Candidate("baseline", False), _spec(2, "decode")]
+    without = predict(cal, cands, POINTS[:1], WL, draws=60, launch_cv=None)
+    with_ = predict(cal, cands, POINTS[:1], WL, draws=60)  # the emulator's documented 2.2 %
+    for a, b in zip(without, with_):
+        wa = a.metrics["decode_tok_s"]["hi"] - a.metrics["decode_tok_s"]["lo"]
+        wb = b.metrics["decode_tok_s"]["hi"] - b.metrics["decode_tok_s"]["lo"]
+        assert wb > wa + 0.03 * a.metrics["decode_tok_s"]["pred"]  # at least +-1.5 % wider
+        assert any("leaves out launch-to-launch noise" in n for n in a.notes)
+        assert not any("leaves out launch-to-launch noise" in n for n in b.notes)
+    sa, sb = without[1].metrics["speedup_decode_tok_s"], with_[1].metrics["speedup_decode_tok_s"]
+    assert sb["hi"] - sb["lo"] > sa["hi"] - sa["lo"]  # two launches' noise in a speedup
 
 
 def test_cli_writes_calibration_profile_and_predictions(results, tmp_path, capsys):
