@@ -17,7 +17,7 @@ import time
 
 from aiohttp import web
 
-from lab.emulator.args import parse_args
+from lab.emulator.args import parse_args, sglang_options, sglang_refuses
 from lab.emulator.engine import Engine, draft_extend_graph_disabled
 from lab.emulator.faults import FaultError, Faults, parse_faults
 from lab.emulator.http import SGLANG_VERSION, AppState, build_app, dispatch_events, reported_version
@@ -121,8 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args, unknown = parse_args(argv)
     log = setup_logging(args.tp_size)
+    refused = sglang_refuses(unknown)
+    if refused:  # SGLang's argparse: "launch_server.py: error: unrecognized arguments: ...", exit 2
+        log.error(f"error: unrecognized arguments: {' '.join(refused)} (SGLang's launch_server parser, builds "
+                  f"{', '.join(sglang_options())}, refuses them as it would on a GPU node). Fix: correct or remove "
+                  f"them in params.yaml (server.extra_args or the mode's extra_args)")
+        return 2
     if unknown:
-        log.warning(f"emulator: ignoring unknown flags: {' '.join(redact_argv(unknown))}")
+        log.warning(f"emulator: SGLang flags it accepts but the emulator does not model (ignored): "
+                    f"{' '.join(redact_argv(unknown))}")
     try:
         faults = parse_faults(args.emulator_faults)
     except FaultError as exc:

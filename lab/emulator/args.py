@@ -22,7 +22,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-__all__ = ["ServerArgs", "parse_args", "build_parser", "SPEC_MAX_RUNNING_CAP", "DEFAULT_ATTENTION_BACKEND",
+__all__ = ["ServerArgs", "parse_args", "sglang_refuses", "sglang_options", "build_parser", "SPEC_MAX_RUNNING_CAP", "DEFAULT_ATTENTION_BACKEND",
            "DEFAULT_CONTEXT_LENGTH",
            "decode_graph_batch_sizes"]
 
@@ -259,3 +259,37 @@ def parse_args(argv: list[str]) -> tuple[ServerArgs, list[str]]:
         except (AdaptiveConfigError, OSError, ValueError) as exc:
             p.error(f"--speculative-adaptive-config: {exc}")
     return args, unknown
+
+
+def sglang_options() -> dict[str, frozenset[str]]:
+    """``version -> every option string`` of SGLang's ``launch_server`` parser, for each build in
+    ``lab/emulator/sglang_options.json`` (made with SGLang's own ``ServerArgs.add_cli_args`` by
+    ``tests/sglang_argparser.py``; ``tests/component/test_emulator_flags.py`` keeps it equal)."""
+    import json
+    from pathlib import Path
+
+    raw = json.loads((Path(__file__).with_name("sglang_options.json")).read_text())
+    return {v: frozenset(opts) for v, opts in raw.items() if not v.startswith("_")}
+
+
+def sglang_refuses(unknown: list[str]) -> list[str]:
+    """The flags among ``unknown`` (what the emulator's own parser left: flags it does not model
+    and their values) that SGLang's parser refuses in every build listed, as argparse would:
+    an exact option, or an unambiguous prefix of one (argparse's ``allow_abbrev``), passes.
+    Values (tokens not starting with ``--``) and ``--flag=value`` values are not judged.
+
+    :returns: the refused flags, in order (empty: SGLang would accept them all).
+    """
+    builds = sglang_options().values()
+    refused = []
+    for token in unknown:
+        if not token.startswith("--") or token == "--":
+            continue
+        flag = token.split("=", 1)[0]
+
+        def accepts(opts: frozenset[str]) -> bool:
+            return flag in opts or len([o for o in opts if o.startswith(flag)]) == 1
+
+        if not any(accepts(opts) for opts in builds):
+            refused.append(flag)
+    return refused

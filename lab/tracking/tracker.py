@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from lab.config import LabParams, repo_root
+from lab.config.tracking_uri import resolve_tracking_uri
 from lab.redact import redact_url
 from lab.tracking.grouping import fleet_parent, invocation, known_parent, pipeline_key, remember_parent
 from lab.tracking.runs import (RunHandle, TrackingError, artifact_location, git_commit, new_record, run_tags,
@@ -54,7 +55,12 @@ def tracking_uri(params: LabParams, root: Path | None = None) -> str:
     """
     uri = params.mlflow.resolved_tracking_uri(root)
     env = os.environ.get(URI_ENV, "").strip()
-    if env and not _same_uri(env, uri):
+    # the same text as params.yaml's names the same store, also where the working directory is not
+    # the main checkout (`dvc exp run --temp` runs in .dvc/tmp/exps/...: a relative sqlite path
+    # resolved against that cwd would differ); the lab resolves both by one rule
+    same_text = env.rstrip("/") == str(params.mlflow.tracking_uri).strip().rstrip("/")
+    if env and not same_text and not _same_uri(env, uri) \
+            and resolve_tracking_uri(env, root).rstrip("/") != uri.rstrip("/"):
         raise TrackingError(
             f"{URI_ENV}={redact_url(env)} is set, but params.yaml's mlflow.tracking_uri is {redact_url(uri)}: "
             "the lab logs only where params.yaml says (a DVC param, so every stage, `lab log` and the sentinel's "

@@ -125,3 +125,19 @@ def test_an_engine_killed_mid_run_reads_engine_died_not_connection_reset(tmp_pat
     msg = str(exc.value)
     assert msg.startswith("engine died (exit code -9) during baseline c=1 repeat 0") and "Killed" in msg
     assert "ConnectionResetError" in msg and "/metrics" in msg
+
+
+def test_mlflow_tracking_uri_with_params_own_text_is_accepted_outside_the_main_checkout(tmp_path, monkeypatch):
+    """Issue 34: `MLFLOW_TRACKING_URI=<params.yaml's text> dvc exp run --temp` was refused with a fix
+    asking for the value already set (the temp copy's cwd resolved the relative sqlite path elsewhere)."""
+    from lab.tracking.runs import TrackingError
+    from lab.tracking.tracker import tracking_uri
+
+    params = load_params(ROOT / "params.yaml")
+    params.mlflow.tracking_uri = "sqlite:///mlflow.db"
+    monkeypatch.chdir(tmp_path)  # where `dvc exp run --temp` runs: not the main checkout
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")
+    assert tracking_uri(params, ROOT) == f"sqlite:///{ROOT / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'other.db'}")
+    with pytest.raises(TrackingError, match="Fix: set mlflow.tracking_uri"):
+        tracking_uri(params, ROOT)
