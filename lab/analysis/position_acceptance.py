@@ -125,10 +125,13 @@ def accept_length_gap_bound(requests: int, verify_ct: int, num_steps: int) -> fl
 def chain_depth(effective_config: Mapping[str, Any] | None) -> int | None:
     """Draft positions of a chain configuration (``speculative_num_draft_tokens - 1``, which is
     ``speculative_num_steps`` at topk 1); None when not speculative or ``eagle_topk`` > 1 (tree
-    drafts: positions are not a chain)."""
+    drafts: positions are not a chain), or under ``--speculative-adaptive`` (tiers of several
+    depths in one histogram cannot be told apart)."""
     eff = effective_config or {}
     if not eff.get("speculative_algorithm") and not eff.get("speculative_num_steps"):
         return None
+    if eff.get("speculative_adaptive"):  # tiers of different depths share one histogram: a cycle that
+        return None  # accepted all its tier's drafts would read as a rejection one position deeper
     if int(eff.get("speculative_eagle_topk") or 1) != 1:
         return None
     nd, steps = eff.get("speculative_num_draft_tokens"), eff.get("speculative_num_steps")

@@ -124,9 +124,11 @@ def _aggregate(params: LabParams, tracker: Tracker, res: ModeResult, truth_path:
     res.headline = headline(res.levels)
     from lab.analysis.position_acceptance import acceptance_by_position  # per draft position, from SGLang's histograms
 
+    mode = params.mode(res.mode)
+    adaptive = "--speculative-adaptive" in mode.extra_args  # /server_info's effective config may not say it
     res.acceptance_by_position = acceptance_by_position(
-        res.records, res.effective_config, (res.dataset or {}).get("categories"),
-        simulated=params.mode(res.mode).simulate_accept_length is not None)
+        res.records, {**(res.effective_config or {}), **({"speculative_adaptive": True} if adaptive else {})},
+        (res.dataset or {}).get("categories"), simulated=mode.simulate_accept_length is not None)
     res.warnings = hygiene.hygiene_warnings(res.runs, res.warmup)
     for w in res.warnings:
         log(f"[lab] WARNING {res.mode}: {w}")

@@ -66,6 +66,7 @@ def test_sections_by_category_context_and_mlflow_names():
                                                                                              "context:2048"}
     assert acceptance_by_position(recs, {**CHAIN, "speculative_eagle_topk": 4}) is None  # tree drafts: no chain
     assert acceptance_by_position(recs, {}) is None and chain_depth(CHAIN) == 2
+    assert chain_depth({**CHAIN, "speculative_adaptive": True}) is None  # mixed tier depths
 
 
 def test_sglang_names_and_builds_the_histogram_the_module_reads(sglang_nodeps_each):
