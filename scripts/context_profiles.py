@@ -53,6 +53,7 @@ def fitted(backend: str) -> dict:
     cal = calibrate([CAP / f"{m}_{backend}" for m in MODES])
     name = f"kshard_h200_{backend}"
     prof = export_profile(cal, name, fill_from=load_profile(FILL)[0], fill_name=FILL)
+    prof["attention_backend"] = backend
     prof["description"] = (f"Real SGLang 0.5.16 on one H200, the kshard synthetic model (one GPU's share of Kimi-K2.5 "
                            f"at TP 8), --attention-backend {backend}, CUDA graphs on, prompts padded to 0-6144 tokens "
                            f"(docs/benchmarks/h200-sglang-0.5.16-context.md). " + prof["description"])
@@ -63,6 +64,7 @@ def with_context_terms(default: dict, source: dict, backend: str) -> dict:
     """``default`` with its context terms replaced by ``source``'s (each verify mode gets the
     measured one: in 0.5.16 both modes ran the same backend code)."""
     out = json.loads(json.dumps(default))
+    out["attention_backend"] = backend  # the emulator then reports the backend these costs were measured on
     for path, _ in TERMS:
         for target in ([path] if path.startswith("decode") else
                        [path.replace(".decode.", f".{m}.") for m in ("prefill", "decode")]):

@@ -195,6 +195,16 @@ def _sp(p: ContextPoint) -> str:
     return f"{p.ratio:.2f}x{ci} {p.verdict or ''} at {p.context_tokens}".replace("  ", " ")
 
 
+def _word(p: ContextPoint) -> str:
+    """The point's verdict word; without one (a single launch, no launch spread known), which side
+    of 1 its estimate is on, saying there is no verdict."""
+    if p.verdict:
+        return p.verdict
+    if p.ratio is None:
+        return "without a speedup"
+    return f"estimated {'faster' if p.ratio > 1 else 'slower'} (no verdict)"
+
+
 def _backends(x: Crossover) -> str:
     if not x.verify_backend and not x.draft_backend:
         return "backend unknown"
@@ -219,7 +229,8 @@ def crossover_line(x: Crossover) -> str:
     be_text = f"break-even {pts[0].break_even:.2f} at {lo_ctx} -> {pts[-1].break_even:.2f} at {hi_ctx}"
     head = f"{x.mode} ({_backends(x)}; concurrency {x.concurrency})"
     if not x.flips:
-        v = pts[0].verdict or "without a verdict"
+        v = pts[0].verdict or ("without a verdict" if {_word(p) for p in pts} != {_word(pts[0])}
+                               else _word(pts[0]))
         return (f"{head} is {v} at every measured context length from {lo_ctx} to {hi_ctx} tokens "
                 f"({_sp(pts[0])}, {_sp(pts[-1])}), {acc_text} ({be_text}): no crossover in the measured range")
     parts = []
@@ -229,10 +240,10 @@ def crossover_line(x: Crossover) -> str:
         be = (f"; break-even crossover {f['break_even_tokens']:.0f}" if f["break_even_tokens"] is not None
               and f["measured_tokens"] is not None else "")
         if where is None:  # the verdict changes, but no estimate crosses inside the pair
-            parts.append(f"is {p0.verdict} at {p0.context_tokens} tokens of context and {p1.verdict} at "
+            parts.append(f"is {_word(p0)} at {p0.context_tokens} tokens of context and {_word(p1)} at "
                          f"{p1.context_tokens} ({_sp(p0)}, {_sp(p1)})")
         else:
-            parts.append(f"is {p0.verdict} up to about {where:.0f} tokens of context, {p1.verdict} past it "
+            parts.append(f"is {_word(p0)} up to about {where:.0f} tokens of context, {_word(p1)} past it "
                          f"({_sp(p0)}, {_sp(p1)}{be})")
     return f"{head} " + "; then ".join(parts) + f", {acc_text} ({be_text})"
 

@@ -10,6 +10,7 @@ ground truth and exit 0 within ~1 s.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
@@ -145,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     except ProfileError as exc:
         log.error(str(exc))
         return 2
+    if profile.attention_backend and not any(a == "--attention-backend" or a.startswith("--attention-backend=")
+                                             for a in argv):
+        args = dataclasses.replace(args, attention_backend=profile.attention_backend)  # what its costs were measured on
     categories = None
     if args.emulator_prompt_categories:  # prompt text -> category, for acceptance.per_category
         from lab.emulator.categories import CategoryMap

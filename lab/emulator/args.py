@@ -7,7 +7,7 @@
   ``num_steps + 1`` (SGLang ``arg_groups/fields/spec.py`` resolution hook);
 - with speculation and no ``--max-running-requests`` the cap is 48 (DESIGN.md, SGLang
   facts); without speculation and no flag it is unlimited (reported as 4096 here);
-- ``attention_backend`` defaults to ``fa3`` (Kimi-K2.5 MLA on H200 in SGLang 0.5.23);
+- ``attention_backend`` defaults to ``fa3`` (Kimi-K2.5 MLA on H200 in SGLang 0.5.23), or to the profile's ``attention_backend`` (``lab.emulator.__main__``);
   ``prefill_attention_backend`` / ``decode_attention_backend`` stay null unless set;
 - decode CUDA graphs resolve into ``cuda_graph_config.decode`` (``backend``, ``max_bs``,
   ``bs``) while ``cuda_graph_bs_decode`` keeps the raw input (null unless set).

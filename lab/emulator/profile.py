@@ -210,6 +210,10 @@ class CostProfile(_Strict):
     scheduler_overhead_ms: Num
     kv_capacity_tokens: Num
     kernels: KernelCounts | None = None
+    #: The attention backend whose costs the profile's context terms were measured on; the emulator
+    #: reports it as ``/server_info`` ``attention_backend`` when the launch sets none (None: its
+    #: surfaces' default, :data:`lab.emulator.args.DEFAULT_ATTENTION_BACKEND`).
+    attention_backend: str | None = None
 
     def prefill_s(self, num_new_tokens: int) -> float:
         """Cost (s) of one prefill (extend) forward over ``num_new_tokens`` prompt tokens."""

@@ -55,7 +55,12 @@ def emulator_configs(tmp_path_factory):
 def test_backend_per_mode_reaches_emulator_server_info(emulator_configs):
     assert emulator_configs["decode_flashinfer"]["decode_attention_backend"] == "flashinfer"
     assert emulator_configs["decode_flashinfer"]["verify_attention_backend"] == "flashinfer"
-    assert emulator_configs["decode_a"]["verify_attention_backend"] == "fa3"
+    # no backend set: the profile's (the backend its costs were measured on), else the surfaces' fa3
+    from lab.emulator.args import DEFAULT_ATTENTION_BACKEND
+    from lab.emulator.profile import load_profile
+
+    prof = load_profile(load_params(ROOT / "params.yaml").emulator.profile)[0]
+    assert emulator_configs["decode_a"]["verify_attention_backend"] == (prof.attention_backend or DEFAULT_ATTENTION_BACKEND)
     assert emulator_configs["baseline"]["verify_attention_backend"] is None
     assert emulator_configs["decode_a"]["cuda_graph_bs_decode"][-1] == 48
     assert emulator_configs["decode_a"]["decode_attention_backend"] is None  # null unless set (0.5.23)
