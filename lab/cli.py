@@ -410,7 +410,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "summary":
         from lab.config import repo_root
 
-        return print_summary(args.reports or repo_root() / "reports")
+        try:
+            return print_summary(args.reports or repo_root() / "reports")
+        except BrokenPipeError:  # `lab summary | head`: the reader left; nothing is lost
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
     if args.cmd == "stage":
         return stage_cmd(args.rest)
     from lab.config import ParamsError

@@ -108,5 +108,17 @@ def stale_lines(root: str | Path, width: int = 120, most: int = 4) -> list[str]:
         more = f"; and {len(reasons) - most} more" if len(reasons) > most else ""
         line = f"  {stage}: {'; '.join(reasons[:most])}{more}"
         lines.append(line if len(line) <= width else line[: width - 3] + "...")
-    lines.append("  Refresh: dvc repro (or restore the parameters the results came from: dvc exp apply <exp>)")
+    fix = "dvc repro"
+    try:
+        from lab.config import ParamsError, load_params
+
+        load_params(Path(root) / "params.yaml")
+    except ParamsError as exc:  # `dvc repro` would stop at once: say so, with the fix
+        msg = [x.strip() for x in str(exc).strip().splitlines() if x.strip()]
+        first = next((x for x in msg if not x.endswith(":")), msg[0] if msg else "")
+        lines.append(f"  params.yaml is not valid now (dvc repro would stop): {first}"[:width])
+        fix = "fix params.yaml (lab doctor names the key), dvc repro"
+    except Exception:  # noqa: BLE001 - a missing file etc.: the stale lines stand on their own
+        pass
+    lines.append(f"  Refresh: {fix}; or go back to the results' parameters: dvc exp apply <exp>")
     return lines
