@@ -9,7 +9,9 @@ parameters that differ (``dvc.lock``'s value against params.yaml's, leaf by leaf
 files that changed, and the command that refreshes them.
 
 Outputs missing from the checkout (a fresh clone holds the git-committed ones, not DVC's cache)
-do not make a stage stale: only changed dependencies do.
+do not make a stage stale: only changed dependencies do, and of those not another stage's
+outputs (``results/`` for ``compare``: absent from a clone, or changed with a stage that is
+named stale itself).
 """
 
 from __future__ import annotations
@@ -65,6 +67,12 @@ def stale_stages(root: str | Path) -> dict[str, list[str]]:
                              "there to see why") from exc
     lock_path = root / "dvc.lock"
     lock = (yaml.safe_load(lock_path.read_text()) or {}).get("stages", {}) if lock_path.is_file() else {}
+    outs = {str(o.get("path")).rstrip("/") for st in lock.values() for o in (st.get("outs") or []) if o.get("path")}
+
+    def produced(path: str) -> bool:  # another stage's output (absent from a clone: DVC caches it, git does not)
+        p = path.rstrip("/")
+        return any(p == o or o.startswith(p + "/") or p.startswith(o + "/") for o in outs)
+
     params_cache: dict[str, Any] = {}
     out: dict[str, list[str]] = {}
     for name, entries in status.items():
@@ -75,7 +83,8 @@ def stale_stages(root: str | Path) -> dict[str, list[str]]:
                 continue
             for path, what in (entry.get(_CHANGED_DEPS) or {}).items():
                 if not isinstance(what, dict):  # a file or folder: "modified", "deleted", "new"
-                    reasons.append(f"{path} {what}")
+                    if not produced(path):  # an upstream output changes with its stage, named there
+                        reasons.append(f"{path} {what}")
                     continue
                 if path not in params_cache:
                     p = root / path
