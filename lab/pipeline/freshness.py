@@ -129,5 +129,5 @@ def stale_lines(root: str | Path, width: int = 120, most: int = 4) -> list[str]:
         fix = "fix params.yaml (lab doctor names the key), dvc repro"
     except Exception:  # noqa: BLE001 - a missing file etc.: the stale lines stand on their own
         pass
-    lines.append(f"  Refresh: {fix}; or back to the results' parameters: dvc exp apply <exp>")
+    lines.append(f"  Refresh: {fix}; or back to the results' params: dvc exp apply <exp>")
     return lines
