@@ -129,3 +129,19 @@ def _project_stores_untouched():
     changed = store_changes(before, _snapshot())
     assert not changed, (f"the test run changed the project's own stores ({', '.join(PROJECT_STORES)}): "
                          f"{changed[:20]}. Fix: the test must use a tmp_path store or a scratch copy")
+
+
+#: fixture -> the SGLang versions it installs (:func:`sglang_nodeps_dir`)
+_NODEPS_FIXTURES = {"sglang_nodeps": (SGLANG_VERSION,), "sglang_nodeps_0516": ("0.5.16",),
+                    "sglang_nodeps_each": SGLANG_VERSIONS}
+
+
+def pytest_collection_finish(session):
+    """Install the SGLang-without-dependencies folders the collected tests need before any test
+    runs: on a fresh clone the first install is a ``uv pip install`` subprocess, which the unit
+    tier's guard (``tests/unit/conftest.py``) refuses inside a test, so a unit test reading SGLang's
+    source would otherwise fail there (and, the fixture being session-scoped, every later one)."""
+    versions = {v for item in session.items for name in getattr(item, "fixturenames", ())
+                for v in _NODEPS_FIXTURES.get(name, ())}
+    for v in sorted(versions):
+        sglang_nodeps_dir(v)

@@ -132,6 +132,8 @@ def headline_record(summary: dict[str, Any], mode: str) -> dict[str, Any]:
         scope = h["scope"]
         n = re.fullmatch(r"across (\d+) launches", scope)
         scope = "1 launch" if scope == WITHIN_ONE_LAUNCH else (f"{n[1]} launches" if n else scope)
+        if scope.startswith("launch spread assumed"):  # one launch (its interval widened with a documented
+            scope = "1 launch"                            # spread; no word: "not judged"), narrow for dvc exp show
         ci = f" [{h['ci95_lo']:.2f}, {h['ci95_hi']:.2f}]" if h["ci95_lo"] is not None and h["ci95_hi"] is not None else ""
         word = HEADLINE_WORDS.get(h["verdict"], h["verdict"]) or "not judged"
         out.update(headline=f"{h['ratio']:.2f}x{ci} {word}, {scope}", point=h["point"],

@@ -35,6 +35,7 @@ The first run: truth 5427 at the drawn accept length; break-even crossover 5433,
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -95,11 +96,18 @@ def test_context_sweep_crossover_matches_the_emulators_ground_truth(tmp_path):
     truth = _truth_crossover(prof, truth_acc, kv_offset=max_new / 2)
     # faster at short context; past the crossover slower, or with 3 repeats of 4 short requests
     # possibly "not distinguishable" (the accept length's spread per repeat is wide): a change either way
-    flips = [f for f in x["flips"] if f["from_verdict"] == "faster" and f["to_verdict"] != "faster"]
+    # One launch gives no verdict word (issue 32): the side of 1 the point's interval lies on
+    # (widened with the profile's assumed launch spread) stands for it.
+    pts = {p["context_tokens"]: p for p in x["points"]}
+
+    def side(ctx):
+        p = pts[ctx]
+        return p["verdict"] or ("faster" if (p["lo"] or 0) > 1 else "slower" if (p["hi"] or 2) < 1 else "nd")
+
+    flips = [f for f in x["flips"] if side(f["from_context"]) == "faster" and side(f["to_context"]) != "faster"]
     assert len(flips) == 1, (truth, x["points"], x["flips"])
     f = flips[0]
     assert f["from_context"] <= truth <= f["to_context"], (truth, f)
-    pts = {p["context_tokens"]: p for p in x["points"]}
     pair = (pts[f["from_context"]], pts[f["to_context"]])
     truth_lo = _truth_crossover(prof, min(p["accept_lo"] for p in pair), kv_offset=max_new / 2)
     truth_hi = _truth_crossover(prof, max(p["accept_hi"] for p in pair), kv_offset=max_new / 2)
@@ -107,8 +115,10 @@ def test_context_sweep_crossover_matches_the_emulators_ground_truth(tmp_path):
     assert truth_lo <= f["break_even_tokens"] <= truth_hi, (truth_lo, truth, truth_hi, f)
     slack = 0.2 * (f["to_context"] - f["from_context"])
     assert truth_lo - slack <= f["measured_tokens"] <= truth_hi + slack, (truth_lo, truth, truth_hi, f)
-    assert "eagle3_decode (verify on" in x["line"] and "is faster up to about" in x["line"]
+    assert "eagle3_decode (verify on" in x["line"] and re.search(r"is (estimated )?faster( \(no verdict\))? up to about",
+                                                                   x["line"])
     # the line reaches the answer (summary.md opens with it) and the map figure the report
     assert "eagle3_decode (verify on" in (tmp_path / "reports" / "summary.md").read_text()
     assert Path(summary["figures"]["break_even_map"]).is_file()
-    assert "is faster up to about" in (tmp_path / "reports" / "report.html").read_text()
+    assert re.search(r"is (estimated )?faster( \(no verdict\))? up to about",
+                     (tmp_path / "reports" / "report.html").read_text())
