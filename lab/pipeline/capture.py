@@ -83,6 +83,8 @@ def capture_mode(params, mode: str, out: Path, *, requests: int = 8, concurrency
                  context_tokens: tuple[int, ...] = (0,), log=print) -> dict[str, Any]:
     """Launch ``mode``, record its surfaces into ``out`` (see the module docstring), stop it.
 
+    :param requests: streamed requests per level and phase, at least ``2 * concurrency`` (so that
+        every level fills its batch twice: a level of 64 gets 128).
     :param context_tokens: prompt lengths in tokens of the served model (0: the prompts as they are).
 
     :returns: the ``launch.json`` content plus ``window`` (per-level readout).
@@ -118,7 +120,7 @@ def capture_mode(params, mode: str, out: Path, *, requests: int = 8, concurrency
             for c, ctx in ((c, ctx) for c in concurrency for ctx in context_tokens):
                 for phase in ("warmup", "measured"):
                     texts = [(i, pad_prompt(t, ctx, count)) for i, t in
-                             workload(prompts, requests, b.seed + (0 if phase == "measured" else 10_000) + c)]
+                             workload(prompts, max(requests, 2 * c), b.seed + (0 if phase == "measured" else 10_000) + c)]
                     counted = {i: count(t) for i, t in texts}
                     p_before = client.fetch_text(base + "/metrics")
                     i_before = client.fetch_json(base + "/server_info")
@@ -163,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--params", required=True, help="params file (engine, model, server, modes, bench)")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--mode", action="append", default=None, help="capture this mode (repeatable; default all)")
-    ap.add_argument("--requests", type=int, default=8, help="streamed requests per level and phase")
+    ap.add_argument("--requests", type=int, default=8, help="streamed requests per level and phase (at least 2 x the level)")
     ap.add_argument("--concurrency", type=int, action="append", default=None, help="levels (default: 1)")
     ap.add_argument("--context-tokens", type=int, action="append", default=None,
                     help="prompt lengths in the served model's tokens (repeatable; default: 0, the prompts as they are)")
