@@ -58,6 +58,51 @@ def _result(repo: Path, mode: str, launch: int) -> dict:
     return json.loads((d / "result.json").read_text())
 
 
+def _folder(repo: Path, mode: str, launch: int) -> Path:
+    return repo / "results" / mode if launch == 1 else repo / "results" / "launches" / str(launch) / mode
+
+
+def _truth_header(repo: Path, mode: str, launch: int) -> dict:
+    """The one header of the launch's ground-truth file (one per emulator start)."""
+    lines = [json.loads(ln) for ln in (_folder(repo, mode, launch) / "ground_truth.jsonl").read_text().splitlines()
+             if ln.strip()]
+    heads = [ln for ln in lines if ln.get("kind") == "header"]
+    assert len(heads) == 1, (mode, launch, len(heads))
+    return heads[0]
+
+
+def _check_against_its_own_engine(repo: Path, mode: str, launch: int, res: dict) -> None:
+    """The launch's measurement is of the emulator that wrote this folder's ground truth, which
+    ran once: every measured request is one it served, with the tokens it gave it, and the
+    accept length (a count: tokens / verify cycles, no clock) is the one it drew.
+
+    Counts, not timings: a client timestamp of a 20-token request is a 200 ms span, in which
+    a busy machine's scheduling delay of the client (10 ms) is already 5 %; the client's
+    timing error is measured by benchmarks/accuracy.py and tests/component/ with longer outputs.
+    """
+    from lab.emulator.truth import load_truth
+
+    _truth_header(repo, mode, launch)
+    truth = load_truth(_folder(repo, mode, launch) / "ground_truth.jsonl")
+    recs = [json.loads(ln) for ln in (_folder(repo, mode, launch) / "requests.jsonl").read_text().splitlines()
+            if ln.strip()]
+    ok = [r for r in recs if r["ok"]]
+    assert len(ok) == BENCH["num_prompts"] * BENCH["repeats"], len(ok)
+    for r in ok:
+        assert r["completion_tokens"] == truth.requests[r["rid"]]["completion_tokens"], r["rid"]
+    c1 = res["levels"]["c1"]
+    if mode == "eagle3_decode":
+        per_repeat = [truth.accept_length([r["rid"] for r in ok if r["repeat"] == k]) for k in range(BENCH["repeats"])]
+        assert c1["accept_length"]["values"] == pytest.approx(per_repeat, rel=1e-9)
+        assert res["ground_truth"]["c1"]["accept_length"] == pytest.approx(c1["accept_length"]["mean"], rel=1e-9)
+    # the ground truth's decode rate is of this launch's requests (the same aggregation, its own clock)
+    assert res["ground_truth"]["c1"]["decode_tok_s"] == pytest.approx(
+        sum(truth.run_metrics([r["rid"] for r in ok if r["repeat"] == k],
+                              t0=min(r["t_send"] for r in ok if r["repeat"] == k),
+                              t1=max(r["t_end"] for r in ok if r["repeat"] == k))["decode_tok_s"]
+            for k in range(BENCH["repeats"])) / BENCH["repeats"], rel=1e-9)
+
+
 def test_each_launch_is_its_own_engine_start_run_in_interleaved_order(repo):
     repo, stdout = repo
     assert [s for s in _running(stdout) if s.startswith("bench")] == [
@@ -68,10 +113,10 @@ def test_each_launch_is_its_own_engine_start_run_in_interleaved_order(repo):
             res = _result(repo, mode, n)
             assert res["status"] == "ok" and (res["launch"], res["launches"]) == (n, 2)
             runs[(mode, n)] = res["mlflow_run_id"]
-            # the emulator's own record of this launch: its server command ran once, in this folder
-            assert res["levels"]["c1"]["decode_tok_s"]["mean"] == pytest.approx(
-                res["ground_truth"]["c1"]["decode_tok_s"], rel=0.05)
+            _check_against_its_own_engine(repo, mode, n, res)
     assert len(set(runs.values())) == 4  # four MLflow runs, one per engine start
+    pids = {_truth_header(repo, m, n)["pid"] for m in MODES for n in (1, 2)}
+    assert len(pids) == 4, pids  # four emulator processes
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{repo / 'mlflow.db'}")
@@ -95,9 +140,13 @@ def test_the_comparison_spans_the_launches(repo):
     means = {m: [_result(repo, m, n)["levels"]["c1"]["decode_tok_s"]["mean"] for n in (1, 2)] for m in MODES}
     assert sp["ratio"] == pytest.approx(sum(means["eagle3_decode"]) / sum(means["baseline"]), rel=1e-9)
     assert e["decode_tok_s"]["mean"] == pytest.approx(sum(means["eagle3_decode"]) / 2, rel=1e-9)
-    # and the emulator's ground truth of the same launches agrees with it
+    # and the emulator's ground truth of the same launches: its speedup lies in the interval across
+    # the launches (the client's timing error under load is inside the launches' own spread, not
+    # a fixed 5 % of a 200 ms span), and the accept length it drew is the comparison's, exactly
     truth = {m: sum(_result(repo, m, n)["ground_truth"]["c1"]["decode_tok_s"] for n in (1, 2)) for m in MODES}
-    assert sp["ratio"] == pytest.approx(truth["eagle3_decode"] / truth["baseline"], rel=0.05)
+    assert sp["ci95_lo"] <= truth["eagle3_decode"] / truth["baseline"] <= sp["ci95_hi"], (sp, truth)
+    drawn = [_result(repo, "eagle3_decode", n)["ground_truth"]["c1"]["accept_length"] for n in (1, 2)]
+    assert e["accept_length"]["mean"] == pytest.approx(sum(drawn) / 2, rel=1e-9)
     paired = e["paired_speedup_decode_tok_s"]
     assert paired["unit"] == "launch" and paired["n_units"] == 2 and paired["n_pairs"] == 2 * 2 * 3
     # every place that shows the interval says what it spans
