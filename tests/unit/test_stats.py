@@ -27,6 +27,14 @@ def test_mean_ci_edge_cases():
         mean_ci([1.0, 2.0], confidence=1.5)
 
 
+#: Trials of the seeded coverage checks below: a small version of the study in
+#: benchmarks/interval_coverage.py (3,000 and more trials there). At 600 trials a 95 % interval's
+#: coverage has a standard error of 0.9 %, so the floor is 3 standard errors below 95 %: an
+#: interval that covers 90 % (the percentile bootstrap covered 79 % at n = 3) still fails.
+TRIALS = 600
+COVERAGE_FLOOR = 0.92
+
+
 def _draw(rng, dist: str, mean: float, cv: float, size):
     """Samples with a given mean and coefficient of variation: normal or log-normal."""
     if dist == "normal":
@@ -39,10 +47,10 @@ def _draw(rng, dist: str, mean: float, cv: float, size):
 @pytest.mark.parametrize("n", [3, 5, 8])
 def test_mean_ci_covers_at_least_93_percent(dist, n):
     rng = np.random.default_rng(123 + n)
-    trials = 3000
+    trials = TRIALS
     samples = _draw(rng, dist, 100.0, 0.1, (trials, n))
     hits = sum(lo <= 100.0 <= hi for lo, hi in (mean_ci(s)[1:] for s in samples))
-    assert hits / trials >= 0.93
+    assert hits / trials >= COVERAGE_FLOOR
 
 
 @pytest.mark.parametrize("dist", ["normal", "lognormal"])
@@ -52,13 +60,13 @@ def test_ratio_ci_covers_at_least_93_percent(dist, n):
     default 3 repeats, with unequal spreads (base CV 5 %, other CV 15 %): the percentile
     bootstrap it replaces covered ~79 % at n = 3."""
     rng = np.random.default_rng(7 + n)
-    trials, hits = 3000, 0
+    trials, hits = TRIALS, 0
     for _ in range(trials):
         b = _draw(rng, dist, 100.0, 0.05, n)
         o = _draw(rng, dist, 170.0, 0.15, n)
         _, lo, hi = ratio_ci(b, o)
         hits += lo <= 1.7 <= hi
-    assert hits / trials >= 0.93
+    assert hits / trials >= COVERAGE_FLOOR
 
 
 def test_ratio_ci_known_values():
