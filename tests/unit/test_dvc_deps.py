@@ -16,6 +16,7 @@ The failure message names the module and the stage, and the line to add to or re
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from pathlib import Path
@@ -87,11 +88,17 @@ def reached_modules(entry_module: str, notebook: Path) -> dict[str, str]:
         if name in seen:
             continue
         seen[name] = by
-        path = module_file(name)
-        assert path is not None, f"{by} imports {name}, which has no source file"
-        tree = ast.parse(path.read_text(), filename=str(path))
-        todo += [(m, name) for m in _imports(tree, name, path.name == "__init__.py") if m not in seen]
+        assert module_file(name) is not None, f"{by} imports {name}, which has no source file"
+        todo += [(m, name) for m in _module_imports(name) if m not in seen]
     return seen
+
+
+@functools.lru_cache(maxsize=None)
+def _module_imports(name: str) -> frozenset[str]:
+    """:func:`_imports` of lab module ``name``'s source, parsed once per session (every stage's
+    walk reads the same files)."""
+    path = module_file(name)
+    return frozenset(_imports(ast.parse(path.read_text(), filename=str(path)), name, path.name == "__init__.py"))
 
 
 def _stages() -> dict[str, dict]:
