@@ -66,7 +66,8 @@ REPORT_FILES = ("summary.csv", "concurrency.csv", "pareto.csv", "lossless.csv", 
 
 
 def print_answer(notebook: Path) -> None:
-    """The last stage: ``dvc repro`` ends with the answer (:func:`lab.report.answer.load_answer`).
+    """The last stage: ``dvc repro`` ends with the answer on one screen (:func:`lab.report.answer.answer_brief`,
+    at most 30 lines of 120 columns; ``lab summary`` prints it whole).
     Inside a DVC experiment the report is named as the experiment's (its temporary copy is
     gone once the experiment ends), with how to get it into the workspace."""
     import os
@@ -80,7 +81,7 @@ def print_answer(notebook: Path) -> None:
         shown = (f"reports/report.html of experiment {name} (`dvc exp apply {name}` puts it in the workspace)"
                  if name else "reports/report.html of this experiment (`dvc exp show` names it; "
                               "`dvc exp apply <name>` puts it in the workspace)")
-    print("\n" + load_answer(notebook.parent, shown), flush=True)
+    print("\n" + load_answer(notebook.parent, shown, brief=True), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,11 +59,13 @@ from lab import catalog
 from lab.analysis.estimates import Ratio
 from lab.analysis.provenance import scope_of
 
-__all__ = ["WIDTH", "answer_speedups", "answer_values", "Answer", "build_answer", "group_warnings", "answer_text",
+__all__ = ["WIDTH", "MAX_LINES", "answer_brief", "answer_speedups", "answer_values", "Answer", "build_answer", "group_warnings", "answer_text",
            "answer_markdown", "answer_html", "load_answer", "headline_lines", "mode_headline"]
 
 #: The widest line :func:`answer_text` prints (a terminal of 120 columns).
 WIDTH = 120
+#: The most lines :func:`answer_brief` (the end of ``dvc repro``) prints: one screen (issue 34, item 6).
+MAX_LINES = 30
 
 
 
@@ -450,13 +452,55 @@ def answer_html(comparison: dict[str, Any], report_path: str | Path | None = Non
     return "\n".join(out)
 
 
-def load_answer(reports_dir: str | Path, report_shown: str | None = None) -> str:
-    """:func:`answer_text` of ``reports_dir/comparison.json``; the report is named as
-    ``report_shown`` when given (default ``reports_dir/report.html``).
+#: The line after the verdicts in :func:`answer_brief`: where the rest of the answer is.
+DETAIL_POINTER = ("Detail per point (break-even, context, lossless, load, cross-checks, each warning in full): "
+                  "`lab summary`")
+
+
+def answer_brief(comparison: dict[str, Any], report_path: str | Path | None = None) -> str:
+    """The answer on one screen: what ``dvc repro`` ends with. At most :data:`MAX_LINES` lines of
+    at most :data:`WIDTH` characters: the question, one verdict per speculative mode
+    (:func:`headline_lines`, wrapped while they fit, else one line each, cut with ``…``, and past
+    the room left the count of modes left out), where the numbers come from, the
+    identical-configuration notice, one line per kind of warning
+    (:func:`lab.report.warning_kinds.kind_lines`), where the detail is (``lab summary``) and the
+    report. ``lab summary`` prints :func:`answer_text`, the whole answer."""
+    from lab.report.warning_kinds import kind_lines
+
+    a = build_answer(comparison, report_path)
+    head = _wrap(_question(a), 0)
+    tail: list[str] = []
+    if a.provenance:
+        tail += _wrap(f"Numbers from: {a.provenance}", 2)[:2]
+    if a.notice:
+        tail += _wrap(f"Note: {a.notice}", 2)[:2]
+    tail += kind_lines(comparison.get("warnings"), WIDTH, indent=2, max_kinds=6)
+    tail += _wrap(DETAIL_POINTER if a.baseline else "Detail: `lab summary`", 0)
+    if a.report:
+        tail += _wrap(f"Report: {a.report}", 0)
+    room = MAX_LINES - len(head) - len(tail)
+    texts = [t for _, t in a.headlines] or ([f"{mode}: " + ", ".join(p for p, *_ in points) for mode, points in a.rows]
+                                             if not a.baseline else [])
+    wrapped = [ln for t in texts for ln in _wrap(t, 2)]
+    if len(wrapped) <= room:
+        verdicts = wrapped
+    else:
+        cut = [t if len(t) + 2 <= WIDTH else t[: WIDTH - 3].rstrip() + "…" for t in texts]
+        verdicts = ["  " + t for t in cut]
+        if len(verdicts) > room:
+            keep = max(room - 1, 0)
+            verdicts = verdicts[:keep] + [f"  ... and {len(texts) - keep} more modes (`lab summary` lists each)"]
+    return "\n".join(head + verdicts + tail)
+
+
+def load_answer(reports_dir: str | Path, report_shown: str | None = None, brief: bool = False) -> str:
+    """:func:`answer_text` (``brief``: :func:`answer_brief`) of ``reports_dir/comparison.json``;
+    the report is named as ``report_shown`` when given (default ``reports_dir/report.html``).
 
     :raises FileNotFoundError: no comparison yet (the message says to run ``dvc repro``).
     """
     path = Path(reports_dir) / "comparison.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found. Fix: run `dvc repro` (the compare stage writes it)")
-    return answer_text(json.loads(path.read_text()), report_shown or Path(reports_dir) / "report.html")
+    render = answer_brief if brief else answer_text
+    return render(json.loads(path.read_text()), report_shown or Path(reports_dir) / "report.html")
