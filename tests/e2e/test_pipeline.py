@@ -69,6 +69,17 @@ def test_prefill_verify_matches_ground_truth_and_profile_matches_seeds(repo):
     assert 55 <= spec_planned <= 65, "seeds: 59-61 tok/s with EAGLE-3 prefill-mode verify"
 
 
+def _planned_c1_ratio(mode: str, accept_length: float) -> float:
+    """The profile's planned decode tok/s ratio over the baseline at batch 1 (costs only, no clock):
+    ``accept_length / cycle_s`` over ``1 / decode_step_s``; decode-mode verify replays a CUDA graph
+    when the profile says it is captured."""
+    prof = _profile()
+    attention = "decode" if mode == "eagle3_decode" else "prefill"
+    d_s, e_s = prof.draft_parts_s(1, 2)
+    cycle_s = prof.overhead_s + d_s + e_s + prof.verify_s(1, 3, 0, attention, graph=prof.verify_graph_captured(attention))
+    return (accept_length / cycle_s) * (prof.decode_s(1, 0, True) + prof.overhead_s)
+
+
 def test_compare_outputs_and_verdicts(repo):
     """Speedups against what the emulator actually delivered (its ground truth), and each
     verdict against it too: a busy machine may slow the emulator, and then the ratio may
@@ -81,7 +92,9 @@ def test_compare_outputs_and_verdicts(repo):
         sp = summary["modes"][mode]["c1"]["speedup_decode_tok_s"]
         truth_ratio = _result(repo, mode)["ground_truth"]["c1"]["decode_tok_s"] / base_truth
         assert sp["ratio"] == pytest.approx(truth_ratio, rel=0.05), mode
-        assert abs(truth_ratio - 1.0) > 0.1, f"{mode}: the profile no longer separates it from the baseline"
+        # the profile's plan (no clock: a busy machine slows what the emulator delivers, not its plan)
+        assert abs(_planned_c1_ratio(mode, _result(repo, mode)["ground_truth"]["c1"]["accept_length"]) - 1.0) > 0.1, \
+            f"{mode}: the profile no longer separates it from the baseline"
         # one launch, no launch spread measured: no verdict word (issue 32); the interval, widened with the
         # emulator's documented launch spread, still lies on the truth's side of 1
         assert sp["verdict"] is None and sp["note"].startswith("no verdict: one launch"), (mode, sp)
@@ -222,29 +235,22 @@ def test_summary_md_and_report_carry_the_one_wave_warning(repo):
 
 
 def test_dvc_repro_ends_with_the_answer(repo, pipeline_run):
-    from lab.report.answer import answer_text
+    """`dvc repro` ends with the answer on one screen (answer_brief), then only DVC's bookkeeping;
+    the measured speedup and the one-wave warning's kind are in it; the whole answer is lab summary's."""
+    from lab.report.answer import MAX_LINES, answer_brief, headline_lines
 
     out = pipeline_run.stdout
     comp = json.loads((repo / "reports" / "comparison.json").read_text())
-    answer = answer_text(comp, repo / "reports" / "report.html")
+    answer = answer_brief(comp, repo / "reports" / "report.html")
     assert answer in out
+    assert len(answer.splitlines()) <= MAX_LINES
     tail = out[out.index(answer) + len(answer):].strip().splitlines()
     # only DVC's own bookkeeping follows (autostage: no `git add` hint)
     assert all(ln.startswith(("Updating lock file", "Use `dvc push`")) for ln in tail), tail
     # the measured speedup itself, as comparison.json holds it (its value moves with the machine's load)
-    from lab.analysis.stats import format_speedup
-
     sp = comp["modes"]["eagle3_prefill"]["c1"]["speedup_decode_tok_s"]
-    shown = format_speedup(sp["ratio"], sp["ci95_lo"], sp["ci95_hi"], sp["verdict"])
-    assert f"c1: decode tok/s {shown}" in answer and "eagle3_decode:" in answer and "accept length" in answer
-    assert "Warning (baseline, eagle3_prefill, eagle3_decode): c=4" in answer
-    # lossless check (lab/analysis/lossless.py): the emulator's greedy outputs agree in every mode
-    rates = yaml.safe_load((repo / "params.yaml").read_text())["bench"].get("request_rates") or []
-    points = len(SMALL_BENCH["concurrency"]) + len(rates)  # every point streams the same prompts (c<N> and r<R>)
-    pairs = SMALL_BENCH["num_prompts"] * points * SMALL_BENCH["repeats"]
-    for mode in ("eagle3_prefill", "eagle3_decode"):
-        assert comp["lossless"]["modes"][mode]["identical_share"] == 1.0
-    assert f"lossless: {pairs}/{pairs} identical to baseline's token for token (100.0 %) of {pairs} request pairs" \
-        in answer
-    flat = json.loads((repo / "reports" / "summary.json").read_text())
-    assert flat["eagle3_decode.lossless.identical_share"] == 1.0 and flat["eagle3_decode.lossless.pairs"] == pairs
+    flat = " ".join(ln.strip() for ln in answer.splitlines())
+    assert f"eagle3_prefill: {sp['ratio']:.2f}x" in flat and "eagle3_decode:" in flat
+    assert dict(headline_lines(comp))["eagle3_prefill"].split(";")[0] in flat
+    warn = [ln for ln in answer.splitlines() if ln.lstrip().startswith("Warning")]
+    assert any("baseline, eagle3_prefill, eagle3_decode" in ln and "c=4" in ln for ln in warn), warn

@@ -32,6 +32,8 @@ def _busy_machine() -> dict:
     """The committed comparison as a loaded machine leaves it: hygiene's own dispatch-delay warnings at
     eleven (mode, point)s, with different numbers and fixes, plus a stall and a lossless mismatch."""
     comp = copy.deepcopy(COMMITTED)
+    # the committed run's own dispatch-delay warnings (how busy its machine was) are left out: these are the eleven
+    comp["warnings"] = {m: [w for w in ws if "dispatch delay" not in w] for m, ws in (comp.get("warnings") or {}).items()}
     delays = {"baseline": {(1, 1): 7.7, (8, 2): 12.5, (16, 1): 6.1, (32, 3): 22.0},
               "eagle3_prefill": {(1, 2): 5.9, (8, 1): 9.4, (16, 1): 8.8, (32, 1): 30.2},
               "eagle3_decode": {(1, 3): 6.6, (8, 1): 5.2, (32, 2): 18.0}}
