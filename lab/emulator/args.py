@@ -250,14 +250,17 @@ def parse_args(argv: list[str]) -> tuple[ServerArgs, list[str]]:
         speculative_adaptive_config=ns.speculative_adaptive_config if spec and ns.speculative_adaptive else None,
     )
     if args.speculative_adaptive:
-        from lab.emulator.adaptive import AdaptiveConfigError, load_config
+        from lab.emulator.adaptive import AdaptiveConfigError, candidate_steps
 
         if topk != 1:  # adaptive_unsupported_reason (adaptive_spec_params.py ~50-56)
             p.error(f"--speculative-adaptive needs --speculative-eagle-topk 1 (got {topk})")
         try:
-            load_config(args.speculative_adaptive_config)
+            cands = candidate_steps(args.speculative_adaptive_config)
         except (AdaptiveConfigError, OSError, ValueError) as exc:
             p.error(f"--speculative-adaptive-config: {exc}")
+        if steps not in cands:  # _init_adaptive_speculative_params (0.5.16 speculative_hook.py:752-757)
+            p.error(f"--speculative-num-steps={steps} is not in the adaptive config candidate_steps {cands}. "
+                    "Pass one of those values.")
     return args, unknown
 
 

@@ -420,6 +420,9 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
         else:
             checks.append(Check(f"argv[{mode}]", SKIP, "SGLang not importable by this Python: launch flags not "
                                 "checked and values NOT resolved (resolution runs SGLang's own code)"))
+    if sg.status == OK:
+        checks += adaptive_checks({mode: build_server_command(params, mode, python=python).flags for mode in modes},
+                                  sg.detail.split(" ")[0])
     if m.synthetic:
         checks.append(synthetic_check(m.synthetic))
     else:
@@ -431,6 +434,26 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
     if python == sys.executable:
         checks += bundle_checks({mode: build_server_command(params, mode, python=python).flags for mode in modes})
     return PreflightReport("sglang", checks + _cheap_checks(params, out))
+
+
+def adaptive_checks(flags_by_mode: dict[str, list[str]], version: str) -> list[Check]:
+    """One ``adaptive[<mode>]`` check per mode launched with ``--speculative-adaptive``: FAIL where
+    SGLang ``version`` would refuse or crash the launch (:func:`lab.engine.adaptive_rules.adaptive_launch_refusal`),
+    before a GPU spends minutes on it."""
+    from lab.emulator.adaptive import AdaptiveConfigError
+    from lab.engine.adaptive_rules import adaptive_launch_refusal
+
+    out = []
+    for mode, flags in flags_by_mode.items():
+        if "--speculative-adaptive" not in flags:
+            continue
+        try:
+            why = adaptive_launch_refusal(flags, version)
+        except (AdaptiveConfigError, OSError, ValueError) as exc:
+            why = f"--speculative-adaptive-config: {exc}"
+        out.append(Check(f"adaptive[{mode}]", FAIL, why, f"fix modes.{mode} in params.yaml") if why else
+                   Check(f"adaptive[{mode}]", OK, f"num_steps among the tiers' candidates; SGLang {version} captures them"))
+    return out
 
 
 def context_check(params: LabParams, modes: list[str]) -> Check:
