@@ -13,7 +13,8 @@ one launch) with the output tok/s ratio beside it.
 
 ``python scripts/h200_adaptive.py`` prints the markdown that ``docs/benchmarks/h200-sglang-0.5.16-adaptive.md``
 holds between its ``<!-- tables -->`` markers (``tests/unit/test_real_sglang_0516_adaptive.py`` checks
-they agree).
+they agree); ``--captures DIR`` reads a ``lab capture --out`` folder instead (the emulator's run of
+``configs/emulator/params-adaptive.yaml``).
 """
 
 from __future__ import annotations
@@ -139,9 +140,15 @@ def best_lines(rows: list[dict]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        rows = load(extract(Path(tmp)))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--captures", type=Path, default=None,
+                    help="a `lab capture --out` folder holding the five modes (default: the committed H200 tarball)")
+    a = ap.parse_args(argv)
+    if a.captures is not None:
+        rows = load(a.captures)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = load(extract(Path(tmp)))
     print("\n".join(tables(rows) + ["**Fastest mode per point** (`best_lines` in this script)", ""] + best_lines(rows)))
     return 0
 

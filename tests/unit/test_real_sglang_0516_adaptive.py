@@ -143,6 +143,10 @@ def test_tiers_ran_are_the_default_table_and_zero_steps_loses_to_no_speculation(
     tiers = mod.steps_by_batch((cap / "eagle3_adaptive" / "server.log").read_text())
     # slot 1 [1, 3, 7] from 7 down to 3; slot 8 [0, 1, 3] from the middle up to 3; slot 32 [0, 1]; slot 64 [0]
     assert (tiers[1], tiers[8], tiers[32], tiers[64]) == (3, 3, 1, 0)
+    # what the lab records per window, SGLang's gauge sglang:spec_num_steps after it, says the same
+    win = json.loads((cap / "eagle3_adaptive" / "window.json").read_text())
+    for key, w in win.items():
+        assert w["server"]["deltas"]["spec_num_steps"]["after"] == tiers[w["concurrency"]], key
     rows = mod.load(cap)
     for ctx in (0, 2048):
         at = {r["mode"]: r for r in rows if r["concurrency"] == 64 and r["context_tokens"] == ctx}
