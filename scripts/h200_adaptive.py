@@ -13,8 +13,9 @@ one launch) with the output tok/s ratio beside it.
 
 ``python scripts/h200_adaptive.py`` prints the markdown that ``docs/benchmarks/h200-sglang-0.5.16-adaptive.md``
 holds between its ``<!-- tables -->`` markers (``tests/unit/test_real_sglang_0516_adaptive.py`` checks
-they agree); ``--captures DIR`` reads a ``lab capture --out`` folder instead (the emulator's run of
-``configs/emulator/params-adaptive.yaml``).
+they agree); ``--captures DIR`` reads a ``lab capture --out`` folder instead, ``--tarball FILE`` another
+tarball (``docs/benchmarks/emulator-adaptive.tar.xz``: the emulator's run of
+``configs/emulator/params-adaptive.yaml``, printed into ``docs/speculation.md``).
 """
 
 from __future__ import annotations
@@ -41,11 +42,14 @@ SCOPE = "within one launch"
 _DECODE_LINE = re.compile(r"#running-req: (\d+),.*accept len: ([\d.]+), accept rate: ([\d.]+)")
 
 
-def extract(dest: Path) -> Path:
-    """Unpack the committed tarball into ``dest``; returns ``dest / "kshard-adaptive"``."""
-    with tarfile.open(TARBALL) as t:
+def extract(dest: Path, tarball: Path = TARBALL) -> Path:
+    """Unpack ``tarball`` (one top folder holding ``<mode>/``) into ``dest``; returns that folder."""
+    with tarfile.open(tarball) as t:
         t.extractall(dest, filter="data")
-    return dest / "kshard-adaptive"
+        top = {Path(n).parts[0] for n in t.getnames()}
+    if len(top) != 1:
+        raise ValueError(f"{tarball}: expected one top folder, found {sorted(top)}")
+    return dest / top.pop()
 
 
 def launch_steps(launch: dict) -> int | None:
@@ -143,12 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--captures", type=Path, default=None,
                     help="a `lab capture --out` folder holding the five modes (default: the committed H200 tarball)")
+    ap.add_argument("--tarball", type=Path, default=TARBALL, help="a tarball of such a folder")
     a = ap.parse_args(argv)
     if a.captures is not None:
         rows = load(a.captures)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            rows = load(extract(Path(tmp)))
+            rows = load(extract(Path(tmp), a.tarball))
     print("\n".join(tables(rows) + ["**Fastest mode per point** (`best_lines` in this script)", ""] + best_lines(rows)))
     return 0
 

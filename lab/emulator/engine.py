@@ -441,11 +441,13 @@ class Engine:
         if self.accept is not None:
             fct = self._log_forward_ct
             acc_len = self._log_accept_tokens / fct if fct else 0.0
-            drafts = fct * ((self.args.speculative_num_draft_tokens or 2) - 1)
-            acc_rate = self._log_correct / drafts if drafts else 0.0
-            self._log_accept_tokens = self._log_correct = self._log_forward_ct = 0
             steps = self._last_steps if self.adaptive is not None else (self.args.speculative_num_steps or 1)
             ndraft = steps + 1 if self.adaptive is not None else (self.args.speculative_num_draft_tokens or 2)
+            # over the serving tier's drafts: an adaptive switch syncs server_args (0.5.16 eagle_worker_v2.py
+            # 1420-1424), which metrics_reporter.py 765-773 reads
+            drafts = fct * (ndraft - 1)
+            acc_rate = self._log_correct / drafts if drafts else 0.0
+            self._log_accept_tokens = self._log_correct = self._log_forward_ct = 0
             self.metrics.set_spec_steps(steps, ndraft)
         self.log.info(decode_batch_line(running=running, num_tokens=ntok, token_usage=usage, accept_len=acc_len,
                                         accept_rate=acc_rate, cuda_graph=graph, gen_throughput=thr, queue=queue,

@@ -190,3 +190,28 @@ def test_the_shipped_adaptive_config_passes_the_preflight_and_the_old_one_fails(
     old = params.model_copy(update={"modes": {**params.modes, "eagle3_adaptive": mode}})
     bad = adaptive_checks({"eagle3_adaptive": build_server_command(old, "eagle3_adaptive").flags}, "0.5.16")
     assert bad[0].status == FAIL and "num_steps: 7" in bad[0].detail and "modes.eagle3_adaptive" in bad[0].fix
+
+
+def test_the_emulator_serves_the_h200s_tiers_and_the_page_holds_its_tables(cap, tmp_path, capsys):
+    """The emulator's run of configs/emulator/params-adaptive.yaml (docs/benchmarks/emulator-adaptive.tar.xz):
+    at each concurrency its adaptive mode ran the tier the real 0.5.16 server ran, by the same reading
+    of the decode log (the gauge after a window is the tier at its last log line: on the emulator a
+    c32 wave's tail reaches batch 2, slot 1, where the H200's ended at 32); docs/speculation.md holds
+    what the script prints."""
+    mod = _script()
+    emu = mod.extract(tmp_path, ROOT / "docs" / "benchmarks" / "emulator-adaptive.tar.xz")
+    real = mod.steps_by_batch((cap / "eagle3_adaptive" / "server.log").read_text())
+    ours = mod.steps_by_batch((emu / "eagle3_adaptive" / "server.log").read_text())
+    assert {c: ours[c] for c in (1, 8, 32, 64)} == {c: real[c] for c in (1, 8, 32, 64)}
+    rows = mod.load(emu)
+    for r in rows:
+        if r["mode"] == "eagle3_adaptive":
+            fixed = {0: None, 1: "eagle3_steps1", 3: "eagle3_steps3"}[r["steps"]]
+            if fixed:  # the same steps as a fixed mode at that point: the same accept length within noise
+                twin = next(x for x in rows if x["mode"] == fixed and x["key"] == r["key"])
+                assert r["accept_length"] == pytest.approx(twin["accept_length"], abs=0.1), r["key"]
+    assert mod.main(["--tarball", str(ROOT / "docs" / "benchmarks" / "emulator-adaptive.tar.xz")]) == 0
+    printed = capsys.readouterr().out.strip()
+    text = (ROOT / "docs" / "speculation.md").read_text()
+    start, end = text.index("<!-- emulator tables -->"), text.index("<!-- /emulator tables -->")
+    assert text[start + len("<!-- emulator tables -->"):end].strip() == printed
