@@ -15,11 +15,14 @@ other processes; local servers) or ``tests/e2e/`` (DVC, papermill, Chromium, Pos
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing.util
 import os
 import platform
 import socket
 import subprocess
+import sys
+import types
 
 import pytest
 
@@ -97,3 +100,26 @@ def pytest_runtest_call(item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     return (yield from _guarded(item))
+
+
+@pytest.fixture(scope="module")
+def sglang_adaptive(sglang_nodeps_0516):
+    """SGLang 0.5.16's adaptive_spec_params module, its one SGLang import (``log_info_on_rank0``)
+    replaced by a logger call; sys.modules left as found."""
+    src = sglang_nodeps_0516 / "sglang" / "srt" / "speculative" / "adaptive_spec_params.py"
+    utils = types.ModuleType("sglang.srt.utils")
+    utils.log_info_on_rank0 = lambda logger, msg: logger.info(msg)
+    saved = {k: sys.modules.get(k) for k in ("sglang", "sglang.srt", "sglang.srt.utils")}
+    try:
+        sys.modules.update({"sglang": types.ModuleType("sglang"), "sglang.srt": types.ModuleType("sglang.srt"),
+                            "sglang.srt.utils": utils})
+        spec = importlib.util.spec_from_file_location("_sglang_0516_adaptive_spec_params", src)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    return mod

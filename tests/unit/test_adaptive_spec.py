@@ -7,12 +7,9 @@ chosen ``num_steps`` and every switch's log line must match."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import random
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -20,29 +17,6 @@ import pytest
 from lab.emulator.adaptive import DEFAULT_CONFIG, AdaptiveConfigError, AdaptiveSteps, candidate_steps, load_config
 
 FX = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.16"
-
-
-@pytest.fixture(scope="module")
-def sglang_adaptive(sglang_nodeps_0516):
-    """SGLang 0.5.16's adaptive_spec_params module, its one SGLang import (``log_info_on_rank0``)
-    replaced by a logger call; sys.modules left as found."""
-    src = sglang_nodeps_0516 / "sglang" / "srt" / "speculative" / "adaptive_spec_params.py"
-    utils = types.ModuleType("sglang.srt.utils")
-    utils.log_info_on_rank0 = lambda logger, msg: logger.info(msg)
-    saved = {k: sys.modules.get(k) for k in ("sglang", "sglang.srt", "sglang.srt.utils")}
-    try:
-        sys.modules.update({"sglang": types.ModuleType("sglang"), "sglang.srt": types.ModuleType("sglang.srt"),
-                            "sglang.srt.utils": utils})
-        spec = importlib.util.spec_from_file_location("_sglang_0516_adaptive_spec_params", src)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
-    return mod
 
 
 def _recorded_c1() -> list[tuple[list[int], int]]:

@@ -22,7 +22,6 @@ import ast
 import importlib.util
 import inspect
 import json
-import sys
 import types
 from pathlib import Path
 
@@ -53,40 +52,24 @@ def _flags(d: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def sglang_init_adaptive(sglang_nodeps_0516):
+def sglang_init_adaptive(sglang_nodeps_0516, sglang_adaptive):
     """SGLang 0.5.16's ``_init_adaptive_speculative_params`` (``speculative_hook.py``), its source
-    cut from the file and run over 0.5.16's own ``adaptive_spec_params`` (the hook module itself
-    imports the whole server)."""
+    cut from the file (the hook module imports the whole server), its one import (0.5.16's own
+    ``resolve_candidate_steps_from_config``, from ``sglang_adaptive``) given by name."""
     hook = sglang_nodeps_0516 / "sglang" / "srt" / "arg_groups" / "speculative_hook.py"
-    src = hook.read_text()
-    fn = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n.name == "_init_adaptive_speculative_params")
-    asp = sglang_nodeps_0516 / "sglang" / "srt" / "speculative" / "adaptive_spec_params.py"
-    utils = types.ModuleType("sglang.srt.utils")
-    utils.log_info_on_rank0 = lambda logger, msg: None
-    names = ("sglang", "sglang.srt", "sglang.srt.utils", "sglang.srt.speculative", "sglang.srt.speculative.adaptive_spec_params")
-    saved = {k: sys.modules.get(k) for k in names}
-    try:
-        sys.modules.update({"sglang": types.ModuleType("sglang"), "sglang.srt": types.ModuleType("sglang.srt"),
-                            "sglang.srt.utils": utils, "sglang.srt.speculative": types.ModuleType("sglang.srt.speculative")})
-        spec = importlib.util.spec_from_file_location("sglang.srt.speculative.adaptive_spec_params", asp)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        sys.modules["sglang.srt.speculative.adaptive_spec_params"] = mod
-        ns: dict = {"ServerArgs": object}
-        exec(compile(ast.Module(body=[fn], type_ignores=[]), str(hook), "exec"), ns)
+    fn = next(n for n in ast.parse(hook.read_text()).body
+              if isinstance(n, ast.FunctionDef) and n.name == "_init_adaptive_speculative_params")
+    assert isinstance(fn.body[0], ast.ImportFrom) and fn.body[0].module == "sglang.srt.speculative.adaptive_spec_params"
+    fn.body = fn.body[1:]
+    ns: dict = {"ServerArgs": object, "resolve_candidate_steps_from_config": sglang_adaptive.resolve_candidate_steps_from_config}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), str(hook), "exec"), ns)
 
-        def call(steps):
-            args = types.SimpleNamespace(speculative_adaptive_config=None, speculative_eagle_topk=1,
-                                         speculative_num_steps=steps, speculative_num_draft_tokens=None)
-            ns["_init_adaptive_speculative_params"](args)
-            return args
-        yield call
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
+    def call(steps):
+        args = types.SimpleNamespace(speculative_adaptive_config=None, speculative_eagle_topk=1,
+                                     speculative_num_steps=steps, speculative_num_draft_tokens=None)
+        ns["_init_adaptive_speculative_params"](args)
+        return args
+    return call
 
 
 @pytest.mark.parametrize("steps", range(1, 9))
