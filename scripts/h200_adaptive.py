@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lab.analysis.estimates import Ratio  # noqa: E402
+from lab.engine.command import flag_value  # noqa: E402
 from lab.measure.records import request_metrics  # noqa: E402
 
 TARBALL = ROOT / "tests" / "fixtures" / "sglang-0.5.16" / "kshard-adaptive.tar.xz"
@@ -54,8 +55,8 @@ def extract(dest: Path, tarball: Path = TARBALL) -> Path:
 
 def launch_steps(launch: dict) -> int | None:
     """``--speculative-num-steps`` of a ``launch.json`` argv (None: no speculation)."""
-    argv = launch["argv"]
-    return int(argv[argv.index("--speculative-num-steps") + 1]) if "--speculative-num-steps" in argv else None
+    steps = flag_value(launch["argv"], "--speculative-num-steps")
+    return None if steps is None else int(steps)
 
 
 def steps_by_batch(log: str) -> dict[int, int]:

@@ -21,18 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["flag_value", "adaptive_launch_refusal"]
+from lab.engine.command import flag_value
 
-
-def flag_value(flags: Sequence[str], name: str) -> str | None:
-    """The value after the last ``name`` (or of ``name=value``) in ``flags``, else None."""
-    value = None
-    for i, f in enumerate(flags):
-        if f == name and i + 1 < len(flags):
-            value = flags[i + 1]
-        elif f.startswith(name + "="):
-            value = f.split("=", 1)[1]
-    return value
+__all__ = ["adaptive_launch_refusal"]
 
 
 def adaptive_launch_refusal(flags: Sequence[str], version: str) -> str | None:

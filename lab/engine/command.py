@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lab.config import LabParams
 from lab.engine.registry import engine_for
 from lab.redact import redact_argv, redact_env
 
-__all__ = ["ServerCommand", "MODE_FLAGS", "BASE_ENV", "build_server_command", "server_flags", "model_paths", "ENGINE_MODULE"]
+__all__ = ["ServerCommand", "MODE_FLAGS", "BASE_ENV", "build_server_command", "server_flags", "model_paths", "ENGINE_MODULE",
+           "flag_value"]
 
 #: Engine (``params.engine``, :mod:`lab.engine.registry`) -> the module ``python -m`` runs.
 ENGINE_MODULE: dict[str, str] = {"emulator": "lab.emulator", "sglang": "sglang.launch_server"}
@@ -85,6 +87,18 @@ def model_paths(params: LabParams, mode_name: str) -> tuple[str, str | None]:
         d = model_dir(m.synthetic, repo_root())
         return str(d / "target"), str(d / "draft")
     return m.path, (mode.draft_path or m.draft_path)
+
+
+def flag_value(flags: Sequence[str], name: str) -> str | None:
+    """The value after the last ``name`` (or of ``name=value``) in launch ``flags``, else None
+    (argparse's rule: a later occurrence wins)."""
+    value = None
+    for i, f in enumerate(flags):
+        if f == name and i + 1 < len(flags):
+            value = flags[i + 1]
+        elif f.startswith(name + "="):
+            value = f.split("=", 1)[1]
+    return value
 
 
 def server_flags(params: LabParams, mode_name: str) -> list[str]:

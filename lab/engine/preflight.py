@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.config import LabParams, repo_root
+from lab.engine.command import build_server_command, flag_value
 from lab.engine.registry import engine_for
 from lab.engine.window import hf_cache_dir  # noqa: F401 - public here too (preflight's __all__)
 
@@ -121,12 +122,14 @@ class Check:
     :ivar status: ``ok``, ``FAIL``, ``warn`` or ``skip``.
     :ivar detail: what was found.
     :ivar fix: what to do about a failure ('' when nothing).
+    :ivar value: the value found, where later checks need it (``sglang``: its ``__version__``), else None.
     """
 
     name: str
     status: str
     detail: str
     fix: str = ""
+    value: str | None = None
 
 
 @dataclass
@@ -277,7 +280,7 @@ def sglang_check(python: str = sys.executable, timeout_s: float = ARGV_CHECK_TIM
     if not res["ok"]:
         return Check("sglang", FAIL, f"`import sglang` fails in {python}: {res['error']}",
                      ".cache/uv/bin/uv sync --frozen --extra sglang (SGLang 0.5.23), or pip install '.[sglang]' into that Python")
-    return Check("sglang", OK, f"{res['version']} ({Path(res['file']).parent})")
+    return Check("sglang", OK, f"{res['version']} ({Path(res['file']).parent})", value=str(res["version"]))
 
 
 def argv_check(mode: str, flags: list[str], python: str = sys.executable,
@@ -391,8 +394,6 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
         notebook starts; the notebook's own preflight then parses the argv.
     :returns: the :class:`PreflightReport` (call ``raise_if_failed`` to stop on failure).
     """
-    from lab.engine.command import build_server_command
-
     modes = list(modes or params.modes)
     out = Path(results_dir) if results_dir is not None else repo_root() / "results"
     checks: list[Check] = []
@@ -412,17 +413,17 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
     checks.append(driver_check(nvml_driver_version()))
     sg = sglang_check(python, timeout_s)
     checks.append(sg)
+    flags = {mode: build_server_command(params, mode, python=python).flags for mode in modes}
     for mode in modes:
         if sg.status == OK and not check_argv:
             checks.append(Check(f"argv[{mode}]", SKIP, "parsed by SGLang's parser in the stage's notebook, next"))
         elif sg.status == OK:
-            checks.append(argv_check(mode, build_server_command(params, mode, python=python).flags, python, timeout_s))
+            checks.append(argv_check(mode, flags[mode], python, timeout_s))
         else:
             checks.append(Check(f"argv[{mode}]", SKIP, "SGLang not importable by this Python: launch flags not "
                                 "checked and values NOT resolved (resolution runs SGLang's own code)"))
     if sg.status == OK:
-        checks += adaptive_checks({mode: build_server_command(params, mode, python=python).flags for mode in modes},
-                                  sg.detail.split(" ")[0])
+        checks += adaptive_checks(flags, sg.value or "")
     if m.synthetic:
         checks.append(synthetic_check(m.synthetic))
     else:
@@ -432,7 +433,7 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
             checks.append(weights_check("draft", str(d)))
     checks.append(context_check(params, modes))
     if python == sys.executable:
-        checks += bundle_checks({mode: build_server_command(params, mode, python=python).flags for mode in modes})
+        checks += bundle_checks(flags)
     return PreflightReport("sglang", checks + _cheap_checks(params, out))
 
 
@@ -440,7 +441,6 @@ def adaptive_checks(flags_by_mode: dict[str, list[str]], version: str) -> list[C
     """One ``adaptive[<mode>]`` check per mode launched with ``--speculative-adaptive``: FAIL where
     SGLang ``version`` would refuse or crash the launch (:func:`lab.engine.adaptive_rules.adaptive_launch_refusal`),
     before a GPU spends minutes on it."""
-    from lab.emulator.adaptive import AdaptiveConfigError
     from lab.engine.adaptive_rules import adaptive_launch_refusal
 
     out = []
@@ -449,7 +449,7 @@ def adaptive_checks(flags_by_mode: dict[str, list[str]], version: str) -> list[C
             continue
         try:
             why = adaptive_launch_refusal(flags, version)
-        except (AdaptiveConfigError, OSError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # a bad config file (AdaptiveConfigError is a ValueError)
             why = f"--speculative-adaptive-config: {exc}"
         out.append(Check(f"adaptive[{mode}]", FAIL, why, f"fix modes.{mode} in params.yaml") if why else
                    Check(f"adaptive[{mode}]", OK, f"num_steps among the tiers' candidates; SGLang {version} captures them"))
@@ -506,7 +506,7 @@ def bundle_checks(flags_by_mode: dict[str, list[str]], site: Path | None = None)
     for mode, flags in flags_by_mode.items():
         bad = []
         for flag, allowed in (sg.get("requires_flags") or {}).items():
-            val = flags[flags.index(flag) + 1] if flag in flags and flags.index(flag) + 1 < len(flags) else None
+            val = flag_value(flags, flag)
             if val not in allowed:
                 bad.append(f"{flag} {'/'.join(allowed)} ({'not set' if val is None else 'have ' + val})")
         if bad:
