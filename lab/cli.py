@@ -23,6 +23,9 @@
   order), then optionally run ``dvc repro`` or ``dvc exp run`` in one command.
 - ``lab calibrate [results/<mode> ...]`` / ``lab predict``: fit an emulator cost profile to
   measured results and predict unmeasured configurations (:mod:`lab.calibrate.calibrate_cli`).
+- ``lab tune``: from a calibration, the ``num_steps`` per concurrency and context length, as an
+  SGLang ``--speculative-adaptive-config`` and params.yaml modes; ``--measured`` checks them
+  (:mod:`lab.calibrate.tune_cli`).
 - ``lab fleet {submit,status,collect,cancel}``: the stages as Slurm jobs (:mod:`lab.fleet.fleet_cli`).
 """
 
@@ -371,6 +374,10 @@ def main(argv: list[str] | None = None) -> int:
 
     add_calibrate_args(sub.add_parser("calibrate", help="fit an emulator cost profile to measured results"))
     add_predict_args(sub.add_parser("predict", help="predict and rank unmeasured configurations from a calibration"))
+    from lab.calibrate.tune_cli import add_tune_args
+
+    add_tune_args(sub.add_parser("tune", help="recommend num_steps per concurrency and context from a calibration, "
+                                              "as an SGLang adaptive tier table and params.yaml modes"))
     p_bun = sub.add_parser("bundle", help="build the offline bundle for an air-gapped GPU node (docs/gpu-node.md)")
     p_bun.add_argument("--out", default="dist/node-bundle", help="folder for bundle.json and its parts")
     p_bun.add_argument("--sglang", default="0.5.16", help="SGLang serving set (lab/offline/sglang-<v>.toml)")
@@ -395,6 +402,10 @@ def main(argv: list[str] | None = None) -> int:
         from lab.calibrate.calibrate_cli import calibrate_main, predict_main
 
         return calibrate_main(args) if args.cmd == "calibrate" else predict_main(args)
+    if args.cmd == "tune":
+        from lab.calibrate.tune_cli import tune_main
+
+        return tune_main(args)
     if args.cmd == "bundle":
         return bundle_cmd(args)
     if args.cmd == "command":

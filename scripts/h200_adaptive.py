@@ -21,9 +21,7 @@ tarball (``docs/benchmarks/emulator-adaptive.tar.xz``: the emulator's run of
 from __future__ import annotations
 
 import argparse
-import collections
 import json
-import re
 import statistics
 import sys
 import tarfile
@@ -35,12 +33,12 @@ sys.path.insert(0, str(ROOT))
 
 from lab.analysis.estimates import Ratio  # noqa: E402
 from lab.engine.command import flag_value  # noqa: E402
+from lab.measure.decode_log import steps_by_batch  # noqa: E402
 from lab.measure.records import request_metrics  # noqa: E402
 
 TARBALL = ROOT / "tests" / "fixtures" / "sglang-0.5.16" / "kshard-adaptive.tar.xz"
 MODES = ("baseline", "eagle3_decode", "eagle3_steps1", "eagle3_steps3", "eagle3_adaptive")
 SCOPE = "within one launch"
-_DECODE_LINE = re.compile(r"#running-req: (\d+),.*accept len: ([\d.]+), accept rate: ([\d.]+)")
 
 
 def extract(dest: Path, tarball: Path = TARBALL) -> Path:
@@ -57,21 +55,6 @@ def launch_steps(launch: dict) -> int | None:
     """``--speculative-num-steps`` of a ``launch.json`` argv (None: no speculation)."""
     steps = flag_value(launch["argv"], "--speculative-num-steps")
     return None if steps is None else int(steps)
-
-
-def steps_by_batch(log: str) -> dict[int, int]:
-    """``running requests -> most frequent steps`` from SGLang's decode log lines
-    (``scheduler_metrics_mixin``: ``accept rate`` = (accept len - 1) / steps); lines with
-    ``accept rate`` 0 (no draft token accepted, steps unknown) are left out, except at
-    ``accept len`` 1.00, where steps 0 is the only reading consistent with the tier tables."""
-    seen: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
-    for m in _DECODE_LINE.finditer(log):
-        n, al, rate = int(m.group(1)), float(m.group(2)), float(m.group(3))
-        if rate > 0:
-            seen[n][round((al - 1) / rate)] += 1
-        elif al == 1.0:
-            seen[n][0] += 1
-    return {n: c.most_common(1)[0][0] for n, c in seen.items()}
 
 
 def load(cap: Path) -> list[dict]:

@@ -113,6 +113,10 @@ class Workload:
     rate_max_concurrency: int = 0
     max_running_requests: int = 48
     graph_max_bs: int = 48
+    #: None: the bench stage's workload (``num_prompts`` per point, seeds ``seed + repeat``); an int N:
+    #: what ``lab capture --requests N`` sends (:func:`lab.pipeline.capture.capture_mode`: one window of
+    #: ``max(N, 2 x concurrency)`` requests per point, seed ``seed + concurrency``; ``repeats`` 1)
+    capture_requests: int | None = None
 
 
 @dataclass
@@ -262,8 +266,12 @@ def _requests(cal: Calibration, point: PredictPoint, wl: Workload, rep: int, not
     table = obs.prompt_tokens.get(point.context_tokens)
     base = obs.prompt_tokens.get(0) or next(iter(obs.prompt_tokens.values()), {})
     n_data = obs.dataset_size or (max(base) + 1 if base else 1)
-    idx = workload_indices(n_data, wl.num_prompts, wl.seed + rep)
-    lengths = output_lengths(len(idx), point.output_tokens, wl.output_tokens_spread, wl.seed + rep)
+    if wl.capture_requests:  # lab capture's window (Workload.capture_requests)
+        n, seed = max(wl.capture_requests, 2 * point.concurrency), wl.seed + point.concurrency
+    else:
+        n, seed = wl.num_prompts, wl.seed + rep
+    idx = workload_indices(n_data, n, seed)
+    lengths = output_lengths(len(idx), point.output_tokens, wl.output_tokens_spread, seed)
     mean_p = statistics.fmean(v[0] for v in base.values()) if base else 100.0
     out = []
     estimated = False

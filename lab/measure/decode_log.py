@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DECODE_LOG_FIELDS", "parse_decode_log", "summarize_decode_log"]
+__all__ = ["DECODE_LOG_FIELDS", "parse_decode_log", "summarize_decode_log", "steps_by_batch"]
 
 
 _DECODE_LINE = re.compile(
@@ -118,3 +118,25 @@ def summarize_decode_log(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "mean_gen_throughput_tok_s": float(np.mean(thr)) if thr else None,
         "max_running_req": max(run) if run else None,
     }
+
+
+def steps_by_batch(text: str | Iterable[str]) -> dict[int, int]:
+    """``{running requests: most frequent draft steps}`` of the decode log lines: the tier an
+    adaptive server (``--speculative-adaptive``) ran at each batch size. SGLang logs ``accept rate``
+    = (accept len - 1) / steps (0.5.16 ``scheduler_metrics_mixin``, 0.5.23 ``metrics_reporter.py``),
+    so steps = round((accept len - 1) / accept rate); lines with ``accept rate`` 0 (no draft
+    accepted: steps unknown) are left out, except at ``accept len`` 1.00, where 0 steps (the
+    zero-step tier: verify one token, no draft) is the only reading consistent with the tier tables.
+    Lines without speculation fields give nothing (an empty dict for a plain-decoding server)."""
+    import collections
+
+    seen: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+    for rec in parse_decode_log(text):
+        n, al, rate = rec["running_req"], rec["accept_len"], rec["accept_rate"]
+        if n is None or al is None or rate is None:
+            continue
+        if rate > 0:
+            seen[n][round((al - 1) / rate)] += 1
+        elif al == 1.0:
+            seen[n][0] += 1
+    return {n: c.most_common(1)[0][0] for n, c in seen.items()}
