@@ -144,7 +144,11 @@ def analyse(work: Path, measure_log: dict) -> dict:
         "decode_tok_s": {"coverage": coverage([d["covered"] for d in dec]),
                          "mean_abs_error_pct": sum(errs) / len(errs) if errs else None,
                          "max_abs_error_pct": max(errs) if errs else None,
-                         "mean_rel_width_pct": sum(widths) / len(widths) if widths else None},
+                         "mean_rel_width_pct": sum(widths) / len(widths) if widths else None,
+                         # the mean |error| exact normal 95 % intervals of these widths would give:
+                         # E|N(0, s^2)| = s sqrt(2/pi), s = half-width / 1.96 (added after the run)
+                         "expected_mean_abs_error_pct": (sum(w / 2 / 1.96 * (2 / 3.141592653589793) ** 0.5
+                                                             for w in widths) / len(widths) if widths else None)},
         "output_tok_s": {"coverage": coverage([r["output_tok_s"]["covered"] for r in rows if r.get("output_tok_s")])},
         "verify_ms": {"coverage": coverage([r["verify_ms"]["covered"] for r in rows if r.get("verify_ms")])},
         "c16_check": {"cells": len(c16), "refused_by_range": len(range_refused),
@@ -172,15 +176,24 @@ def markdown(r: dict) -> str:
         f"**Target (>= {100 * TARGET:.0f} % of held-out decode tok/s measurements inside their 95 % intervals): "
         f"{'met' if met else 'NOT met'}** on the point estimate; output tok/s {_pct(r['output_tok_s']['coverage'])}, "
         f"verify ms {_pct(r['verify_ms']['coverage'])}. Cells share prompts and launches, so the binomial interval "
-        "is optimistic.", "",
+        "is optimistic. Width check (added after the run): intervals of these widths, were they exact normal 95 % "
+        f"intervals, would give a mean |error| of {fmt(d['expected_mean_abs_error_pct'])} %; the observed "
+        f"{fmt(d['mean_abs_error_pct'])} % is "
+        + ("below that: the intervals are wider than the errors need" if (d["mean_abs_error_pct"] or 0) <
+           0.75 * (d["expected_mean_abs_error_pct"] or 0) else "near or above it: the intervals do not cover by width "
+           "alone") + ".", "",
+        f"Concurrency extrapolation (pre-registered as expected to be refused): {c['refused_by_range']} of {c['cells']} "
+        f"c16 cells refused by the range rule, {c['other_cells_refused_by_range']} other cells refused by it. "
+        "Each refusal names the launch, e.g.: " + (f"\"{r['refusals'][0]['needs'][0]}\"." if r["refusals"] else "none."), "",
         "| regime | configuration | role | point | decode tok/s pred [95 % PI] | measured | error | in PI |",
         "| --- | --- | --- | --- | --- | ---: | ---: | --- |"]
     for row in r["rows"]:
         v = row.get("decode_tok_s")
         if v is None:
             why = "; ".join(row["needs"]) if row["status"] != "ok" else "no measurement"
+            short = why.split(": extrapolating")[0] if "mean batch" in why else why
             lines.append(f"| {row['regime']} | `{row['mode']}` | {row['role']} | {row['point']} | "
-                         f"refused: {why[:150]} | | | |")
+                         f"refused: {short} | | | |")
             continue
         lines.append(f"| {row['regime']} | `{row['mode']}` | {row['role']} | {row['point']} | {v['pred']:.1f} "
                      f"[{v['lo']:.1f}, {v['hi']:.1f}] | {v['measured']:.1f} | {v['error_pct']:+.1f} % | "

@@ -23,7 +23,9 @@ share of draws in which the speedup exceeds 1.
 A prediction is refused (``status: undetermined``, with ``needs`` naming the constants) when it
 depends on a constant the data did not determine: its mean regressors are checked with
 :meth:`lab.calibrate.linfit.LinearFit.estimable`, its draft depth against the deepest measured
-draft position, its verify variant and graph capture against the calibration. It is never
+draft position, its verify variant and graph capture against the calibration, and its
+replayed mean batch and KV per sequence against the measured windows' range
+(:func:`range_needs`: c16 from c1/c8 alone is refused, naming the launch to run). It is never
 extrapolated silently.
 
 **Launch-to-launch noise** (issue 32): a measurement is one engine launch, and launches differ
