@@ -270,3 +270,22 @@ def test_a_kv_context_beyond_the_measured_one_is_refused_naming_the_launch(resul
     assert "KV context of 2100 tokens" in text and "context_tokens including 2048" in text
     assert "--context-tokens 2048" in text
     assert range_needs(cal, base, PredictPoint("c1", 1, 0, 24), [(1, 0.1)] * 10) == []
+
+
+def test_figure_labels_fitted_and_held_out_measurements_truthfully(results):
+    """A configuration fitted at c1 only is labelled so, its c4 measurement is "measured (held out)"
+    and an unfitted configuration "(held out)": no held-out row is called calibration (issue 32)."""
+    from lab.calibrate.prediction_report import figure
+
+    cal = calibrate([results["baseline"], results["s2"]], points={"c1"})
+    dirs = [results["baseline"], results["s2"], results["s4"]]
+    cands = [Candidate("baseline", False), _spec(2, "decode"), _spec(4, "prefill")]
+    preds = predict(cal, cands, POINTS[:1], WL, draws=10, measured=measured_by_config(dirs))
+    preds += [p for p in predict(cal, cands[:1], [PredictPoint("c4", 4, 0, 24)], WL, draws=10,
+                                 measured=measured_by_config(dirs))]
+    fig = figure(preds, cal)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert "baseline (fitted at c1)" in labels and "s2_k1_d3_decode (fitted at c1)" in labels
+    assert "s4_k1_d5_prefill (held out)" in labels and not any("calibration" in t for t in labels)
+    marks = {t for ax in fig.axes for t in ax.get_legend_handles_labels()[1]}
+    assert {"measured (fitted)", "measured (held out)"} <= marks
