@@ -23,7 +23,9 @@ share of draws in which the speedup exceeds 1.
 A prediction is refused (``status: undetermined``, with ``needs`` naming the constants) when it
 depends on a constant the data did not determine: its mean regressors are checked with
 :meth:`lab.calibrate.linfit.LinearFit.estimable`, its draft depth against the deepest measured
-draft position, its verify variant and graph capture against the calibration. It is never
+draft position, its verify variant and graph capture against the calibration, and its
+replayed mean batch and KV per sequence against the measured windows' range
+(:func:`range_needs`: c16 from c1/c8 alone is refused, naming the launch to run). It is never
 extrapolated silently.
 
 **Launch-to-launch noise** (issue 32): a measurement is one engine launch, and launches differ
@@ -225,6 +227,8 @@ class _DrawCosts:
         self.vgraph = bool(cal.verify_graph.get(variant)) if variant else False
         self.ext_graph = cal.draft_extend_graph is not False
         self.rec: dict[str, list] | None = {k: [] for k in cal.blocks} if record else None
+        #: (batch, KV tokens of the batch / 1000) of every decode iteration, when recording
+        self.iters: list[tuple[int, float]] | None = [] if record else None
 
     def _use(self, block: str, x: np.ndarray) -> float:
         if self.rec is not None:
@@ -238,10 +242,14 @@ class _DrawCosts:
                 + self._use("prefill_wall", model.prefill_wall_x()))
 
     def decode(self, batch: int, kv_k: float) -> float:
+        if self.iters is not None:
+            self.iters.append((batch, kv_k))
         return self._use("decode", model.decode_x(batch, kv_k, 1.0 if batch <= self.gmax else 0.0,
                                                   self.cal.blocks["decode"].names))
 
     def spec(self, batch: int, kv_k: float) -> tuple[float, float]:
+        if self.iters is not None:
+            self.iters.append((batch, kv_k))
         g = 1.0 if (batch <= self.gmax and self.vgraph) else 0.0
         v = self._use("verify", model.verify_x(self.cal.verify_columns, batch, kv_k, g, self.c.num_draft_tokens,
                                                self.cal.t_ref, self.var))
@@ -329,6 +337,7 @@ def _needs(cal: Calibration, cand: Candidate, point: PredictPoint, wl: Workload,
         return needs
     betas = {k: f.coef for k, f in cal.blocks.items()}
     recs: dict[str, list[np.ndarray]] = {}
+    iters: list[tuple[int, float]] = []
     for rep in range(wl.repeats):  # the plug-in replay of every repeat: the rows this prediction uses
         costs = _DrawCosts(cal, betas, {}, cand, variant, wl.graph_max_bs, record=True)
         reqs = _requests(cal, point, wl, rep, [])
@@ -339,13 +348,65 @@ def _needs(cal: Calibration, cand: Candidate, point: PredictPoint, wl: Workload,
         for block, rows in (costs.rec or {}).items():
             if rows:  # extend rows are window totals, the others per-iteration means
                 recs.setdefault(block, []).append(np.sum(rows, axis=0) if block == "extend" else np.mean(rows, axis=0))
+        iters += costs.iters or []
     for block, rows in recs.items():
         x = np.mean(rows, axis=0)
         ok, bad = cal.blocks[block].estimable(x)
         if not ok:
             fit = cal.blocks[block]
             needs += [f"{name} ({fit.reasons.get(name)})" for name in bad]
-    return needs
+    return needs + range_needs(cal, cand, point, iters)
+
+
+#: How far (relative) a prediction's mean batch or KV per sequence may lie beyond the largest
+#: measured window's before it is refused as an extrapolation (:func:`range_needs`). 10 %: the
+#: spread of a closed-loop window's mean batch around its concurrency at the lab's default
+#: workload (requests finishing at different cycles), not a fitted value.
+EXTRAPOLATION_TOLERANCE = 0.10
+
+
+def range_needs(cal: Calibration, cand: Candidate, point: PredictPoint, iters: list[tuple[int, float]]) -> list[str]:
+    """Refusals of a prediction outside the measured range (issue 32 item 4): the decode
+    iterations of its plug-in replay (``iters``: ``(batch, KV tokens of the batch / 1000)`` each)
+    against the measured windows of the same kind (speculative or not) that the calibration read.
+
+    A linear cost fitted at batches 1..8 says nothing checked about batch 16 (a CUDA-graph bucket,
+    a kernel's tile count, the scheduler's sort can all change beyond it), nor a KV cost fitted at
+    up to 1k tokens per sequence about 8k; out-of-sample checks extrapolating c8 -> c16 on the
+    emulator missed by 19-26 % (issue 32). So a prediction whose mean batch, or mean KV tokens per
+    sequence, exceeds the largest measured window's by more than :data:`EXTRAPOLATION_TOLERANCE`
+    is refused, and the message names the launch that would determine it.
+
+    :returns: one sentence per refusal (empty: within the measured range).
+    """
+    if not iters:
+        return []
+    wins = [w for w in cal.obs.windows if w.batch_mean > 0 and w.config in cal.obs.configs
+            and cal.obs.configs[w.config].speculative == cand.speculative]
+    if not wins:
+        return []
+    kind = "speculative" if cand.speculative else "non-speculative"
+    b = statistics.fmean(n for n, _ in iters)
+    kv = 1e3 * sum(k for _, k in iters) / sum(n for n, _ in iters)  # as a window's kv_mean_k / batch_mean
+    top_b = max(wins, key=lambda w: w.batch_mean)
+    top_kv = max(wins, key=lambda w: w.kv_mean_k / w.batch_mean)
+    kv_max = 1e3 * top_kv.kv_mean_k / top_kv.batch_mean
+    where = (f"request_rates including {point.request_rate:g}" if point.request_rate is not None
+             else f"concurrency including {point.concurrency}")
+    out = []
+    tol = 1.0 + EXTRAPOLATION_TOLERANCE
+    if b > top_b.batch_mean * tol:
+        out.append(f"a mean batch of {b:.1f} sequences at {point.key}, beyond the largest measured {kind} window's "
+                   f"{top_b.batch_mean:.1f} ({top_b.label}): extrapolating the per-sequence costs is refused; "
+                   f"run the launch that measures it: this configuration's mode with bench.{where} "
+                   f"(or `lab capture --concurrency {point.concurrency}`)")
+    if kv > kv_max * tol:
+        out.append(f"a mean KV context of {kv:.0f} tokens per sequence at {point.key}, beyond the largest measured "
+                   f"{kind} window's {kv_max:.0f} ({top_kv.label}): extrapolating the KV cost is refused; run the launch "
+                   f"that measures it: this configuration's mode with bench.context_tokens including "
+                   f"{point.context_tokens} and max_new_tokens {point.output_tokens} (or `lab capture --context-tokens "
+                   f"{point.context_tokens}`)")
+    return out
 
 
 def _sampler(cal: Calibration, cand: Candidate, alphas: np.ndarray | None):

@@ -177,13 +177,20 @@ def markdown(preds: list[Prediction], cal: Calibration, point: str, order: str =
 
 def figure(preds: list[Prediction], cal: Calibration, metric: str = "decode_tok_s"):
     """Predicted ``metric`` (o, 95 % prediction interval) and measured (x) per configuration, one
-    panel per point; the configurations the calibration was fitted to are labelled
-    ``(calibration)``. Returns a matplotlib figure."""
+    panel per point. A measurement the calibration was fitted to (its configuration *and* point
+    among the calibration's windows) is a grey x, "measured (fitted)"; a held-out one a red x,
+    "measured (held out)"; a configuration's label says at which points it was fitted
+    (``(fitted at c1, c8)``), so a held-out point of a fitted configuration is not called
+    calibration. Returns a matplotlib figure."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fitted_cells = {(cal.obs.configs[w.config].key, w.point) for w in cal.obs.windows if w.config in cal.obs.configs}
+    fitted_at: dict[str, list[str]] = {}
+    for k, pt in sorted(fitted_cells):
+        fitted_at.setdefault(k, []).append(pt)
     points = list(dict.fromkeys(p.point.key for p in preds))
     keys = list(dict.fromkeys(p.candidate.key for p in preds))
     fig, axes = plt.subplots(1, len(points), figsize=(max(6.0, 3.6 * len(points)), 0.32 * len(keys) + 2.2),
@@ -202,13 +209,22 @@ def figure(preds: list[Prediction], cal: Calibration, metric: str = "decode_tok_
                 ax.text(0.02, y, "undetermined", transform=ax.get_yaxis_transform(), va="center", fontsize=7,
                         color="gray")
             if metric in p.measured:
-                ax.plot([p.measured[metric]], [y], "x", color="tab:red", ms=8, label="measured" if y == 0 else None)
+                was_fitted = (key, pt) in fitted_cells
+                ax.plot([p.measured[metric]], [y], "x", color="tab:gray" if was_fitted else "tab:red", ms=8,
+                        label="measured (fitted)" if was_fitted else "measured (held out)")
         ax.set_title(pt, fontsize=9)
         ax.set_xlabel(metric)
         ax.grid(axis="x", alpha=0.3)
-    fitted = {c.key for c in cal.obs.configs.values()}
     axes[0][0].set_yticks(range(len(keys)))
-    axes[0][0].set_yticklabels([k + (" (calibration)" if k in fitted else "") for k in keys], fontsize=7)
+
+    def _ylabel(k: str) -> str:
+        if k not in fitted_at:
+            return k + " (held out)"
+        if set(points) <= set(fitted_at[k]):
+            return k + " (fitted at every point)"
+        return k + f" (fitted at {', '.join(pt for pt in points if pt in fitted_at[k]) or 'other points'})"
+
+    axes[0][0].set_yticklabels([_ylabel(k) for k in keys], fontsize=7)
     handles, labels = [], []
     for ax in axes[0]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
@@ -289,8 +305,13 @@ def held_out_errors(preds: list[Prediction], held_out_keys: set[str], points: se
     return rows
 
 
+def _label(r: dict) -> str:
+    return f" ({r['label']})" if r.get("label") else ""
+
+
 def error_table(rows: list[dict], points: tuple[str, ...] | None = None) -> list[str]:
-    """Markdown lines of :func:`held_out_errors` rows (only ``points`` when given)."""
+    """Markdown lines of :func:`held_out_errors` rows (only ``points`` when given); a row's
+    optional ``label`` is written after its configuration (e.g. "same code as fitted ...")."""
     lines = ["| configuration | point | decode tok/s pred [95 % PI] | measured | error | in PI | output tok/s error | "
              "verify ms error | speedup pred / measured |", "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | --- |"]
     for r in rows:
@@ -298,11 +319,11 @@ def error_table(rows: list[dict], points: tuple[str, ...] | None = None) -> list
             continue
         d = r.get("decode_tok_s")
         if d is None:
-            lines.append(f"| `{r['configuration']}` | {r['point']} | {r['status']}: {'; '.join(r['needs'])[:160]} | | | | | | |")
+            lines.append(f"| `{r['configuration']}`{_label(r)} | {r['point']} | {r['status']}: {'; '.join(r['needs'])[:160]} | | | | | | |")
             continue
         sp = r.get("speedup_decode_tok_s") or {}
         lines.append(
-            f"| `{r['configuration']}` | {r['point']} | {d['pred']:.1f} [{d['lo']:.1f}, {d['hi']:.1f}] | {d['measured']:.1f} | "
+            f"| `{r['configuration']}`{_label(r)} | {r['point']} | {d['pred']:.1f} [{d['lo']:.1f}, {d['hi']:.1f}] | {d['measured']:.1f} | "
             f"{d['error_pct']:+.1f} % | {'yes' if d['covered'] else 'no'} | "
             f"{fmt((r.get('output_tok_s') or {}).get('error_pct'), 1)} % | {fmt((r.get('verify_ms') or {}).get('error_pct'), 1)} % | "
             f"{fmt(sp.get('pred'), 3)} / {fmt(sp.get('measured'), 3)} |")

@@ -237,3 +237,55 @@ def test_points_can_be_held_out_of_a_calibration(results):
     assert not cal.constants()["decode.per_extra_seq_ms"]["determined"]  # one batch size left
     p = predict(cal, [Candidate("baseline", False)], POINTS, WL, draws=10)
     assert [q.status for q in p] == ["ok", "undetermined"]  # c4 needs the per-sequence slope
+
+
+def test_concurrency_beyond_the_measured_batches_is_refused_naming_the_launch(results):
+    """c16 from windows of at most 4 sequences (c1, c4): refused, naming concurrency 16; c4 is not
+    refused by the range rule (issue 32 item 4: "c16 from c1/c8 alone")."""
+    cal = calibrate([results["baseline"], results["s1"], results["s4"]])
+    wl = Workload(num_prompts=16, repeats=2, seed=0)
+    pts = [PredictPoint("c4", 4, 0, 24), PredictPoint("c16", 16, 0, 24)]
+    preds = {(p.candidate.key, p.point.key): p
+             for p in predict(cal, [Candidate("baseline", False), _spec(2, "decode")], pts, wl, draws=10)}
+    for key in ("baseline", "s2_k1_d3_decode"):
+        assert preds[(key, "c4")].status == "ok", preds[(key, "c4")].needs
+        refused = preds[(key, "c16")]
+        assert refused.status == "undetermined" and not refused.metrics
+        text = " ".join(refused.needs)
+        assert "mean batch" in text and "concurrency including 16" in text and "--concurrency 16" in text
+
+
+def test_a_kv_context_beyond_the_measured_one_is_refused_naming_the_launch(results):
+    """A context of 2048 tokens from windows of ~100-token prompts is refused, and the range rule
+    itself (not only the aliased KV column) names the context to measure."""
+    from lab.calibrate.predict import range_needs
+
+    cal = calibrate([results["baseline"], results["s1"], results["s4"]])
+    base = Candidate("baseline", False)
+    ctx = PredictPoint("c1_ctx2048_out24", 1, 2048, 24)
+    preds = predict(cal, [base], [PredictPoint("c1", 1, 0, 24), ctx], WL, draws=10)
+    assert preds[0].status == "ok" and preds[1].status == "undetermined"
+    # the rule on its own: a replay at 2.1k KV tokens per sequence, batch 1, against these windows
+    text = " ".join(range_needs(cal, base, ctx, [(1, 2.1)] * 10))
+    assert "KV context of 2100 tokens" in text and "context_tokens including 2048" in text
+    assert "--context-tokens 2048" in text
+    assert range_needs(cal, base, PredictPoint("c1", 1, 0, 24), [(1, 0.1)] * 10) == []
+
+
+def test_figure_labels_fitted_and_held_out_measurements_truthfully(results):
+    """A configuration fitted at c1 only is labelled so, its c4 measurement is "measured (held out)"
+    and an unfitted configuration "(held out)": no held-out row is called calibration (issue 32)."""
+    from lab.calibrate.prediction_report import figure
+
+    cal = calibrate([results["baseline"], results["s2"]], points={"c1"})
+    dirs = [results["baseline"], results["s2"], results["s4"]]
+    cands = [Candidate("baseline", False), _spec(2, "decode"), _spec(4, "prefill")]
+    preds = predict(cal, cands, POINTS[:1], WL, draws=10, measured=measured_by_config(dirs))
+    preds += [p for p in predict(cal, cands[:1], [PredictPoint("c4", 4, 0, 24)], WL, draws=10,
+                                 measured=measured_by_config(dirs))]
+    fig = figure(preds, cal)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert "baseline (fitted at c1)" in labels and "s2_k1_d3_decode (fitted at c1)" in labels
+    assert "s4_k1_d5_prefill (held out)" in labels and not any("calibration" in t for t in labels)
+    marks = {t for ax in fig.axes for t in ax.get_legend_handles_labels()[1]}
+    assert {"measured (fitted)", "measured (held out)"} <= marks
