@@ -165,6 +165,14 @@ def submit(root: Path, opts: Options, work_dir: Path | None = None, log: Callabl
     order = runcache.stage_order(root)
     _check_deps_tracked(root, [s for s, _ in order])
     uri = _tracking_server(params, root)
+    if opts.container_mounts and not opts.container_image:
+        raise FleetError("--container-mounts without --container-image. Fix: add --container-image IMG, or drop "
+                         "--container-mounts")
+    if opts.container_image and params.server.nnodes > 1:
+        raise FleetError(f"--container-image with server.nnodes {params.server.nnodes}: the ranks on the other nodes "
+                         "are started with srun from inside the job, which a container image seldom has. Fix: "
+                         "drop --container-image for a multi-node server (use --setup lines, e.g. module load), "
+                         "or set server.nnodes: 1")
     slurm.require()
     sweep_dir = sweep_dir_for((work_dir or default_work_dir(root)).resolve(), commit)
     with _locked(sweep_dir):
@@ -210,12 +218,13 @@ def submit(root: Path, opts: Options, work_dir: Path | None = None, log: Callabl
             script = sweep_dir / "jobs" / f"{stage}.sbatch"
             script.write_text(render(stage=stage, sweep_id=sweep.id, sweep_dir=sweep_dir, repo=root, commit=commit,
                                      python=sys.executable, resources=res, opts=opts, names=names,
-                                     dependent=bool(deps)))
+                                     dependent=bool(deps), cache_dir=sweep.data["cache_dir"]))
             job_id = slurm.submit(script, deps)
             submitted[stage] = job_id
             sweep.add_job(stage, {"job_id": job_id, "submitted": now(), "script": str(script),
                                   "log": str(sweep_dir / "logs" / f"{stage}-%j.log"), "after": deps,
-                                  "resources": resources_dict(res)})
+                                  "resources": resources_dict(res), "exported": names,
+                                  "container_image": opts.container_image})
             log(f"[lab] fleet: {stage}: job {job_id} ({res.describe()})"
                 + (f", after {', '.join(deps)}" if deps else ""))
         log(f"[lab] fleet: {len(todo)} job(s) submitted for {sweep.id}; lab fleet status [--wait] shows them, "

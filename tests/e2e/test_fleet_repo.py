@@ -70,3 +70,9 @@ def test_submit_refuses_before_anything_runs(repo):
     with pytest.raises(FleetError, match="MLFLOW_TRACKING_PASSWORD"):
         submit(repo, Options())
     assert not (repo / ".cache" / "fleet").exists()  # nothing written, nothing submitted
+
+
+def test_submit_refuses_container_mounts_without_an_image(repo):
+    with pytest.raises(FleetError, match="--container-mounts without --container-image"):
+        submit(repo, Options(container_mounts=["/models:/models"]))
+    assert not (repo / ".cache" / "fleet").exists()
