@@ -9,7 +9,9 @@
   with ``--wait`` until no job of the sweep runs (exit 0 when every stage is done, else 1);
 - ``lab fleet collect``: restore every stage here from the shared run cache (one ``dvc.lock``,
   the report), then print the answer as ``lab summary`` does;
-- ``lab fleet cancel``: ``scancel`` the sweep's jobs that have not ended.
+- ``lab fleet cancel``: ``scancel`` the sweep's jobs that have not ended;
+- ``lab fleet log``: after ``collect``, log every stage's MLflow run the tracking server
+  missed (an outage during the sweep), and end the sweep's parent.
 
 ``status``, ``collect`` and ``cancel`` act on the sweep of the checkout's commit in the work
 dir (default ``.cache/fleet``), or on ``--sweep DIR``. Exit codes: 0 ok, 1 a stage failed or is
@@ -64,7 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     for p in (p_sub,):
         p.add_argument("--work-dir", type=Path, default=None, help="sweeps live here (default .cache/fleet)")
     for name, help_ in (("status", "each stage's job and state"), ("collect", "restore every stage here"),
-                        ("cancel", "scancel the sweep's jobs")):
+                        ("cancel", "scancel the sweep's jobs"),
+                        ("log", "after collect: log the runs a tracking-server outage missed")):
         p = sub.add_parser(name, help=help_)
         p.add_argument("--sweep", type=Path, default=None, help="a sweep directory (default: this commit's)")
         p.add_argument("--work-dir", type=Path, default=None, help="sweeps live here (default .cache/fleet)")
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None, summary=None) -> int:
         printer, handed in by the ``lab`` command so that this package imports no pipeline CLI).
     """
     from lab.config import ParamsError, repo_root
-    from lab.fleet.head import FleetError, cancel, collect, find_sweep, submit
+    from lab.fleet.head import FleetError, cancel, collect, find_sweep, log_sweep, submit
     from lab.fleet.script import Options
     from lab.fleet.slurm import SlurmError
     from lab.tracking.runs import TrackingError
@@ -125,6 +128,9 @@ def main(argv: list[str] | None = None, summary=None) -> int:
             return _status(sweep, args)
         if args.cmd == "cancel":
             cancel(sweep)
+            return 0
+        if args.cmd == "log":
+            log_sweep(root, sweep)
             return 0
         rc = collect(root, sweep)
         if rc == 0 and summary is not None:

@@ -14,6 +14,11 @@
   run cache, upstream first, and runs none (:mod:`lab.fleet.runcache` ``restore``), so the
   checkout ends with one ``dvc.lock`` and the report; then removes the jobs' checkouts.
 - :func:`cancel` ``scancel``-s the sweep's jobs that have not ended.
+- :func:`log_sweep` (``lab fleet log``; ``collect`` names it when a job's record says the
+  tracking server failed) logs every collected stage's
+  MLflow run from the run record among its outputs (:mod:`lab.tracking.relog`: a run the
+  tracking server missed during an outage is completed in place, a logged one is left as it is)
+  and then ends the sweep's parent FINISHED when every stage is done, so no run stays RUNNING.
 
 Errors are :class:`FleetError` with the problem and the fix; nothing is submitted after one.
 """
@@ -35,7 +40,7 @@ from lab.fleet import slurm
 from lab.fleet.script import Options, exported_names, render, resources_dict, stage_resources
 from lab.fleet.fleet_sweep import DONE, StageRow, Sweep, now, stage_rows, sweep_dir_for
 
-__all__ = ["FleetError", "submit", "status", "collect", "cancel", "find_sweep", "default_work_dir"]
+__all__ = ["FleetError", "submit", "status", "collect", "cancel", "find_sweep", "default_work_dir", "log_sweep"]
 
 
 def _say(msg: str) -> None:
@@ -328,7 +333,63 @@ def collect(root: Path, sweep: Sweep, log: Callable[[str], None] = _say) -> int:
         sweep.save()
         log(f"[lab] fleet: {sweep.id} collected: dvc.lock and reports/ in {root}; the jobs' logs stay in "
             f"{sweep.dir / 'logs'}")
-        return 0
+    unlogged = [j["stage"] for j in (sweep.record(s, r.job_id) or {} for s, r in by_stage.items() if r.job_id)
+                if j.get("mlflow")]
+    if unlogged:
+        log(f"[lab] fleet: the tracking server failed during {', '.join(unlogged)}: their results are here, their "
+            "MLflow runs are not complete. Once the server answers: lab fleet log")
+    return 0
+
+
+def _record_dirs(root: Path) -> list[str]:
+    """The directories where a stage writes its MLflow run record (outputs named
+    :data:`lab.tracking.runs.RECORD_FILE`), relative to ``root``, in dvc.yaml's order."""
+    from lab.fleet.runcache import open_repo
+    from lab.tracking.runs import RECORD_FILE
+
+    with open_repo(root) as repo:
+        outs = [o.def_path for s in repo.index.stages for o in s.outs]
+    return [str(Path(o).parent) for o in outs if Path(o).name == RECORD_FILE]
+
+
+def log_sweep(root: Path, sweep: Sweep, log: Callable[[str], None] = _say) -> list[tuple[str, str]]:
+    """``lab fleet log`` (module docstring), in the head checkout after ``collect``.
+
+    :returns: ``(directory, what)`` per run record (``what`` from :func:`lab.tracking.relog.relog`).
+    :raises FleetError: the checkout holds no collected sweep, or the tracking server still
+        fails (the message names the fix; what was logged before stays logged).
+    """
+    from lab.tracking.relog import relog
+    from lab.tracking.runs import RECORD_FILE, TrackingError
+    from lab.tracking.tracker import Tracker
+
+    root = root.resolve()
+    if not sweep.data.get("collected"):
+        raise FleetError(f"{sweep.id} is not collected here yet: the runs' records come back with the results. "
+                         "Fix: lab fleet collect, then lab fleet log")
+    dirs = [d for d in _record_dirs(root) if (root / d / RECORD_FILE).is_file()]
+    done = []
+    try:
+        tracker = Tracker.for_store(sweep.data["tracking_uri"], sweep.data["experiment"])
+        for d in dirs:
+            run_id, what = relog(tracker, root / d, log=log)
+            log(f"[lab] fleet: {d}: MLflow run {run_id} {what}")
+            done.append((d, what))
+        pid = sweep.data.get("parent_run_id")
+        rows = stage_rows(sweep, slurm.queue(sweep.all_job_ids()))
+        if pid and all(r.state == DONE for r in rows):
+            info = tracker.client.get_run(pid).info
+            if info.status != "FINISHED":
+                tracker.client.set_tag(pid, "lab_relogged", "by lab fleet log after the tracking server failed")
+                tracker.client.set_terminated(pid, "FINISHED")
+                log(f"[lab] fleet: the sweep's MLflow parent {pid} ended FINISHED (was {info.status}); the "
+                    "comparison's numbers are on its compare run")
+    except (TrackingError, slurm.SlurmError) as exc:
+        raise FleetError(f"{exc}. Fix: start the tracking server, then lab fleet log (it logs only what is missing)") from exc
+    except Exception as exc:  # MLflow's client errors
+        raise FleetError(f"MLflow at {sweep.data['tracking_uri']} failed ({exc}). Fix: start the tracking server, "
+                         "then lab fleet log") from exc
+    return done
 
 
 def cancel(sweep: Sweep, log: Callable[[str], None] = _say) -> list[str]:

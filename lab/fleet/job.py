@@ -20,7 +20,10 @@ execs, from the checkout it cloned, so this code is the sweep commit's. In order
    (``LAB_SERVER_PORT``: jobs sharing a node never collide), temp and Jupyter runtime files
    inside the checkout; for a multi-node server (``server.nnodes > 1``) node 0's address as
    ``--dist-init-addr`` and the other ranks started on the other nodes (:mod:`lab.fleet.rank`);
-5. records ``ok``, ``failed`` or ``cancelled`` with the exit code; after a failure ends this
+5. records ``ok``, ``failed`` or ``cancelled`` with the exit code (``ok`` with
+   ``mlflow: not logged`` when the tracking server failed after the stage's complete result,
+   which is then in the run cache all the same: :data:`lab.fleet.runcache.RESULTS_SAFE`;
+   the job exits 0 and ``lab fleet log`` logs the run later); after a failure ends this
    job's MLflow runs still RUNNING (``FAILED``, ``KILLED`` when cancelled) and the sweep's parent
    with them, and keeps the checkout (partial results, executed notebook) for inspection;
    after success removes the checkout (its outputs are in the run cache).
@@ -231,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.05)
     if child.signalled:
         rc = rc or 128 + child.signalled
+    from lab.fleet.runcache import RESULTS_SAFE
+
+    if rc == RESULTS_SAFE and not child.signalled:  # saved, only MLflow failed (module docstring, step 5)
+        record["mlflow"] = "not logged: the tracking server failed; lab fleet log logs it once it is back"
+        rc = 0
     status = "ok" if rc == 0 else ("cancelled" if child.signalled else "failed")
     record.update(ended=now(), status=status, exit_code=rc)
     write_record(sweep.dir, stage, job_id, record)  # first: a SIGKILL after KillWait loses nothing else

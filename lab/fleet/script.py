@@ -68,7 +68,7 @@ PASS_BY_PREFIX = ("LAB_", "MLFLOW_", "HF_", "HUGGING_FACE_")
 #: (``lab.tracking.grouping.INVOCATION_ENV``, ``lab.tracking.runs.STAGE_STARTED_ENV``), and
 #: ``MLFLOW_RUN_ID`` would make MLflow reuse the shell's active run.
 JOB_OWN = frozenset({"LAB_MLFLOW_PARENT_RUN_ID", "LAB_SERVER_PORT", "LAB_SERVER_DIST_INIT_ADDR", "LAB_INVOCATION",
-                     "LAB_STAGE_STARTED_MS", "MLFLOW_RUN_ID"})
+                     "LAB_STAGE_STARTED_MS", "LAB_RESULTS_SAFE_FILE", "MLFLOW_RUN_ID"})
 
 #: Written into every job script: no telemetry from a compute node (MLflow's telemetry thread
 #: once failed an e2e job; Hugging Face Hub; DVC's analytics; the common opt-out).

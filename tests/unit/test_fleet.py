@@ -130,7 +130,9 @@ def test_jobs_get_the_lab_mlflow_and_hf_variables_by_prefix_and_telemetry_off(mo
     from lab.tracking.runs import STAGE_STARTED_ENV
 
     # the job sets these itself: the lab's own names, from the modules that define them
-    assert {*SERVER_PLACEMENT_ENV, INVOCATION_ENV, PARENT_RUN_ENV, STAGE_STARTED_ENV} <= JOB_OWN
+    from lab.pipeline.stage import RESULTS_SAFE_ENV
+
+    assert {*SERVER_PLACEMENT_ENV, INVOCATION_ENV, PARENT_RUN_ENV, STAGE_STARTED_ENV, RESULTS_SAFE_ENV} <= JOB_OWN
     env = {"HOME": "/home/u", "MLFLOW_TRACKING_TOKEN": "tok_must_not_appear", "MLFLOW_S3_ENDPOINT_URL": "http://s3",
            "HF_HUB_OFFLINE": "1", "HF_TOKEN": "hf_must_not_appear", "HUGGING_FACE_HUB_TOKEN": "hf2_must_not_appear",
            "LAB_SOMETHING": "x", "LAB_SERVER_PORT": "31000", "LAB_INVOCATION": "dvc-1", "MLFLOW_RUN_ID": "abc",
