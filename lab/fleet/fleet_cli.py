@@ -2,13 +2,16 @@
 
 - ``lab fleet submit [--partition P] [--account A] [--qos Q] [--time HH:MM:SS]
   [--cpus-per-task N] [--mem M] [--share] [--physics-gpus N] [--export NAME]...
-  [--sbatch-arg ARG]... [--work-dir DIR]``: submit every stage ``dvc repro`` would run that
+  [--sbatch-arg ARG]... [--setup LINE]... [--container-image IMG [--container-mounts SRC:DST]...]
+  [--work-dir DIR]``: submit every stage ``dvc repro`` would run that
   is not done or queued yet (:func:`lab.fleet.head.submit`);
 - ``lab fleet status [--json] [--wait [--timeout S]]``: each stage's job, state, node and log;
   with ``--wait`` until no job of the sweep runs (exit 0 when every stage is done, else 1);
 - ``lab fleet collect``: restore every stage here from the shared run cache (one ``dvc.lock``,
   the report), then print the answer as ``lab summary`` does;
-- ``lab fleet cancel``: ``scancel`` the sweep's jobs that have not ended.
+- ``lab fleet cancel``: ``scancel`` the sweep's jobs that have not ended;
+- ``lab fleet log``: after ``collect``, log every stage's MLflow run the tracking server
+  missed (an outage during the sweep), and end the sweep's parent.
 
 ``status``, ``collect`` and ``cancel`` act on the sweep of the checkout's commit in the work
 dir (default ``.cache/fleet``), or on ``--sweep DIR``. Exit codes: 0 ok, 1 a stage failed or is
@@ -53,10 +56,18 @@ def _parser() -> argparse.ArgumentParser:
                        help="one more environment variable a job takes from this shell, by name")
     p_sub.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
                        help="extra sbatch argument for every job, e.g. --sbatch-arg=--constraint=h200")
+    p_sub.add_argument("--setup", action="append", default=[], metavar="LINE",
+                       help="a shell line every job runs first on its node, e.g. --setup 'module load cuda/12.4' "
+                            "(written into the job script: never a secret)")
+    p_sub.add_argument("--container-image", default=None, metavar="IMG",
+                       help="run each job inside this image (srun --container-image, pyxis/enroot)")
+    p_sub.add_argument("--container-mounts", action="append", default=[], metavar="SRC:DST",
+                       help="more container mounts (the checkout, sweep dir and DVC cache are mounted already)")
     for p in (p_sub,):
         p.add_argument("--work-dir", type=Path, default=None, help="sweeps live here (default .cache/fleet)")
     for name, help_ in (("status", "each stage's job and state"), ("collect", "restore every stage here"),
-                        ("cancel", "scancel the sweep's jobs")):
+                        ("cancel", "scancel the sweep's jobs"),
+                        ("log", "after collect: log the runs a tracking-server outage missed")):
         p = sub.add_parser(name, help=help_)
         p.add_argument("--sweep", type=Path, default=None, help="a sweep directory (default: this commit's)")
         p.add_argument("--work-dir", type=Path, default=None, help="sweeps live here (default .cache/fleet)")
@@ -96,7 +107,7 @@ def main(argv: list[str] | None = None, summary=None) -> int:
         printer, handed in by the ``lab`` command so that this package imports no pipeline CLI).
     """
     from lab.config import ParamsError, repo_root
-    from lab.fleet.head import FleetError, cancel, collect, find_sweep, submit
+    from lab.fleet.head import FleetError, cancel, collect, find_sweep, log_sweep, submit
     from lab.fleet.script import Options
     from lab.fleet.slurm import SlurmError
     from lab.tracking.runs import TrackingError
@@ -107,7 +118,9 @@ def main(argv: list[str] | None = None, summary=None) -> int:
         if args.cmd == "submit":
             opts = Options(partition=args.partition, account=args.account, qos=args.qos, time=args.time,
                            cpus_per_task=args.cpus_per_task, mem=args.mem, share=args.share,
-                           physics_gpus=args.physics_gpus, export=args.export, sbatch_args=args.sbatch_arg)
+                           physics_gpus=args.physics_gpus, export=args.export, sbatch_args=args.sbatch_arg,
+                           setup=args.setup, container_image=args.container_image,
+                           container_mounts=[m for arg in args.container_mounts for m in arg.split(",") if m])
             submit(root, opts, args.work_dir)
             return 0
         sweep = find_sweep(root, args.sweep, args.work_dir)
@@ -115,6 +128,9 @@ def main(argv: list[str] | None = None, summary=None) -> int:
             return _status(sweep, args)
         if args.cmd == "cancel":
             cancel(sweep)
+            return 0
+        if args.cmd == "log":
+            log_sweep(root, sweep)
             return 0
         rc = collect(root, sweep)
         if rc == 0 and summary is not None:

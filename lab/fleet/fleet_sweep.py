@@ -138,8 +138,15 @@ _OUTCOME = {"ok": DONE, "failed": "FAILED", "cancelled": "CANCELLED"}
 
 
 def stage_rows(sweep: Sweep, queue: dict[str, JobState]) -> list[StageRow]:
-    """The state of every stage's latest job (:class:`StageRow`), from its record and from
-    ``queue`` (:func:`lab.fleet.slurm.queue` of the sweep's job ids)."""
+    """The state of every stage's latest job (:class:`StageRow`), from ``queue``
+    (:func:`lab.fleet.slurm.queue` of the sweep's job ids) and the job's record.
+
+    Slurm's word comes first whenever Slurm still knows the job: its state while the job lives
+    (``PENDING`` again after a requeue), and its final state after (``CANCELLED``, ``FAILED``,
+    ``TIMEOUT``, ``NODE_FAIL``...), with the record's exit code as the reason when the record is
+    of the job's last attempt. ``COMPLETED`` is :data:`DONE` only when the record says ``ok``
+    (else ``LOST``: the job ended without finishing its stage). Only when Slurm no longer lists
+    the job (after ``MinJobAge``, and no accounting) does the record alone decide."""
     rows = []
     for stage, _ in sweep.stages():
         jobs = sweep.jobs(stage)
@@ -150,14 +157,19 @@ def stage_rows(sweep: Sweep, queue: dict[str, JobState]) -> list[StageRow]:
         jid = job["job_id"]
         rec = sweep.record(stage, jid) or {}
         q = queue.get(jid)
+        ended = rec.get("status") in _OUTCOME
         if q is not None and q.live:
             state, reason = q.state, q.reason
-        elif q is not None and rec.get("status") != "ok" and q.state not in ("COMPLETED", "FAILED"):
-            state, reason = q.state, f"exit {rec.get('exit_code')}" if rec else q.reason  # CANCELLED, TIMEOUT...
-        elif rec.get("status") in _OUTCOME:
+        elif q is not None and q.state == "COMPLETED":
+            state, reason = ((DONE, f"exit {rec.get('exit_code')}") if rec.get("status") == "ok" else
+                             ("LOST", "the job ended without recording its stage's outcome"))
+        elif q is not None:  # Slurm's final word: FAILED, CANCELLED, TIMEOUT, NODE_FAIL, ...
+            state = q.state
+            reason = (f"exit {rec.get('exit_code')}" if ended and rec.get("status") != "ok" else
+                      q.reason if q.reason and q.reason != "None" else
+                      f"attempt {rec.get('attempt', 0)} recorded {rec.get('status')}" if rec else "")
+        elif ended:
             state, reason = _OUTCOME[rec["status"]], f"exit {rec.get('exit_code')}"
-        elif q is not None:  # ended without a record: Slurm's word (a dependency failed, time limit...)
-            state, reason = ("LOST" if q.state == "COMPLETED" else q.state), q.reason
         else:
             state, reason = "LOST", "Slurm no longer lists the job and it recorded no outcome"
         log = job.get("log", "").replace("%j", jid)

@@ -14,6 +14,11 @@
   run cache, upstream first, and runs none (:mod:`lab.fleet.runcache` ``restore``), so the
   checkout ends with one ``dvc.lock`` and the report; then removes the jobs' checkouts.
 - :func:`cancel` ``scancel``-s the sweep's jobs that have not ended.
+- :func:`log_sweep` (``lab fleet log``; ``collect`` names it when a job's record says the
+  tracking server failed) logs every collected stage's
+  MLflow run from the run record among its outputs (:mod:`lab.tracking.relog`: a run the
+  tracking server missed during an outage is completed in place, a logged one is left as it is)
+  and then ends the sweep's parent FINISHED when every stage is done, so no run stays RUNNING.
 
 Errors are :class:`FleetError` with the problem and the fix; nothing is submitted after one.
 """
@@ -35,7 +40,7 @@ from lab.fleet import slurm
 from lab.fleet.script import Options, exported_names, render, resources_dict, stage_resources
 from lab.fleet.fleet_sweep import DONE, StageRow, Sweep, now, stage_rows, sweep_dir_for
 
-__all__ = ["FleetError", "submit", "status", "collect", "cancel", "find_sweep", "default_work_dir"]
+__all__ = ["FleetError", "submit", "status", "collect", "cancel", "find_sweep", "default_work_dir", "log_sweep"]
 
 
 def _say(msg: str) -> None:
@@ -165,6 +170,14 @@ def submit(root: Path, opts: Options, work_dir: Path | None = None, log: Callabl
     order = runcache.stage_order(root)
     _check_deps_tracked(root, [s for s, _ in order])
     uri = _tracking_server(params, root)
+    if opts.container_mounts and not opts.container_image:
+        raise FleetError("--container-mounts without --container-image. Fix: add --container-image IMG, or drop "
+                         "--container-mounts")
+    if opts.container_image and params.server.nnodes > 1:
+        raise FleetError(f"--container-image with server.nnodes {params.server.nnodes}: the ranks on the other nodes "
+                         "are started with srun from inside the job, which a container image seldom has. Fix: "
+                         "drop --container-image for a multi-node server (use --setup lines, e.g. module load), "
+                         "or set server.nnodes: 1")
     slurm.require()
     sweep_dir = sweep_dir_for((work_dir or default_work_dir(root)).resolve(), commit)
     with _locked(sweep_dir):
@@ -210,12 +223,13 @@ def submit(root: Path, opts: Options, work_dir: Path | None = None, log: Callabl
             script = sweep_dir / "jobs" / f"{stage}.sbatch"
             script.write_text(render(stage=stage, sweep_id=sweep.id, sweep_dir=sweep_dir, repo=root, commit=commit,
                                      python=sys.executable, resources=res, opts=opts, names=names,
-                                     dependent=bool(deps)))
+                                     dependent=bool(deps), cache_dir=sweep.data["cache_dir"]))
             job_id = slurm.submit(script, deps)
             submitted[stage] = job_id
             sweep.add_job(stage, {"job_id": job_id, "submitted": now(), "script": str(script),
                                   "log": str(sweep_dir / "logs" / f"{stage}-%j.log"), "after": deps,
-                                  "resources": resources_dict(res)})
+                                  "resources": resources_dict(res), "exported": names,
+                                  "container_image": opts.container_image})
             log(f"[lab] fleet: {stage}: job {job_id} ({res.describe()})"
                 + (f", after {', '.join(deps)}" if deps else ""))
         log(f"[lab] fleet: {len(todo)} job(s) submitted for {sweep.id}; lab fleet status [--wait] shows them, "
@@ -319,7 +333,63 @@ def collect(root: Path, sweep: Sweep, log: Callable[[str], None] = _say) -> int:
         sweep.save()
         log(f"[lab] fleet: {sweep.id} collected: dvc.lock and reports/ in {root}; the jobs' logs stay in "
             f"{sweep.dir / 'logs'}")
-        return 0
+    unlogged = [j["stage"] for j in (sweep.record(s, r.job_id) or {} for s, r in by_stage.items() if r.job_id)
+                if j.get("mlflow")]
+    if unlogged:
+        log(f"[lab] fleet: the tracking server failed during {', '.join(unlogged)}: their results are here, their "
+            "MLflow runs are not complete. Once the server answers: lab fleet log")
+    return 0
+
+
+def _record_dirs(root: Path) -> list[str]:
+    """The directories where a stage writes its MLflow run record (outputs named
+    :data:`lab.tracking.runs.RECORD_FILE`), relative to ``root``, in dvc.yaml's order."""
+    from lab.fleet.runcache import open_repo
+    from lab.tracking.runs import RECORD_FILE
+
+    with open_repo(root) as repo:
+        outs = [o.def_path for s in repo.index.stages for o in s.outs]
+    return [str(Path(o).parent) for o in outs if Path(o).name == RECORD_FILE]
+
+
+def log_sweep(root: Path, sweep: Sweep, log: Callable[[str], None] = _say) -> list[tuple[str, str]]:
+    """``lab fleet log`` (module docstring), in the head checkout after ``collect``.
+
+    :returns: ``(directory, what)`` per run record (``what`` from :func:`lab.tracking.relog.relog`).
+    :raises FleetError: the checkout holds no collected sweep, or the tracking server still
+        fails (the message names the fix; what was logged before stays logged).
+    """
+    from lab.tracking.relog import relog
+    from lab.tracking.runs import RECORD_FILE, TrackingError
+    from lab.tracking.tracker import Tracker
+
+    root = root.resolve()
+    if not sweep.data.get("collected"):
+        raise FleetError(f"{sweep.id} is not collected here yet: the runs' records come back with the results. "
+                         "Fix: lab fleet collect, then lab fleet log")
+    dirs = [d for d in _record_dirs(root) if (root / d / RECORD_FILE).is_file()]
+    done = []
+    try:
+        tracker = Tracker.for_store(sweep.data["tracking_uri"], sweep.data["experiment"])
+        for d in dirs:
+            run_id, what = relog(tracker, root / d, log=log)
+            log(f"[lab] fleet: {d}: MLflow run {run_id} {what}")
+            done.append((d, what))
+        pid = sweep.data.get("parent_run_id")
+        rows = stage_rows(sweep, slurm.queue(sweep.all_job_ids()))
+        if pid and all(r.state == DONE for r in rows):
+            info = tracker.client.get_run(pid).info
+            if info.status != "FINISHED":
+                tracker.client.set_tag(pid, "lab_relogged", "by lab fleet log after the tracking server failed")
+                tracker.client.set_terminated(pid, "FINISHED")
+                log(f"[lab] fleet: the sweep's MLflow parent {pid} ended FINISHED (was {info.status}); the "
+                    "comparison's numbers are on its compare run")
+    except (TrackingError, slurm.SlurmError) as exc:
+        raise FleetError(f"{exc}. Fix: start the tracking server, then lab fleet log (it logs only what is missing)") from exc
+    except Exception as exc:  # MLflow's client errors
+        raise FleetError(f"MLflow at {sweep.data['tracking_uri']} failed ({exc}). Fix: start the tracking server, "
+                         "then lab fleet log") from exc
+    return done
 
 
 def cancel(sweep: Sweep, log: Callable[[str], None] = _say) -> list[str]:

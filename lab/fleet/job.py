@@ -4,7 +4,12 @@ through the shared DVC run cache, record the outcome, clean up.
 ``python -m lab.fleet.job SWEEP_DIR STAGE`` is what a job script (:mod:`lab.fleet.script`)
 execs, from the checkout it cloned, so this code is the sweep commit's. In order:
 
-1. writes the job's record (``running``: node, start, checkout, log) into the sweep dir;
+1. writes the job's record (``running``: node, start, checkout, log, attempt) into the sweep
+   dir; after Slurm requeued the job (``$SLURM_RESTART_COUNT`` > 0: a node failed, or
+   ``scontrol requeue``) it keeps the killed attempt's record beside it
+   (``records/<stage>-<job id>.attempt<N>.json``), ends that attempt's MLflow runs still
+   RUNNING as FAILED and re-opens the sweep's parent; the log goes on below the first
+   attempt's (the script's ``--open-mode=append``);
 2. points the checkout's DVC at the shared cache (``.dvc/config.local``: ``cache.dir``, and
    ``core.site_cache_dir`` inside the checkout, so DVC leaves nothing under ``/var/tmp``);
 3. restores every upstream stage from the run cache (``compare`` needs each mode's results)
@@ -15,7 +20,10 @@ execs, from the checkout it cloned, so this code is the sweep commit's. In order
    (``LAB_SERVER_PORT``: jobs sharing a node never collide), temp and Jupyter runtime files
    inside the checkout; for a multi-node server (``server.nnodes > 1``) node 0's address as
    ``--dist-init-addr`` and the other ranks started on the other nodes (:mod:`lab.fleet.rank`);
-5. records ``ok``, ``failed`` or ``cancelled`` with the exit code; after a failure ends this
+5. records ``ok``, ``failed`` or ``cancelled`` with the exit code (``ok`` with
+   ``mlflow: not logged`` when the tracking server failed after the stage's complete result,
+   which is then in the run cache all the same: :data:`lab.fleet.runcache.RESULTS_SAFE`;
+   the job exits 0 and ``lab fleet log`` logs the run later); after a failure ends this
    job's MLflow runs still RUNNING (``FAILED``, ``KILLED`` when cancelled) and the sweep's parent
    with them, and keeps the checkout (partial results, executed notebook) for inspection;
    after success removes the checkout (its outputs are in the run cache).
@@ -61,10 +69,12 @@ def job_env(checkout: Path, parent_run_id: str, port: int) -> dict[str, str]:
 
 
 def _secret_names() -> list[str]:
-    from lab.fleet.script import PASS_BY_NAME
+    """The credentials this job got from the submitting shell, by name (sorted)."""
+    from lab.fleet.script import PASS_BY_NAME, PASS_BY_PREFIX
     from lab.redact import is_secret_name
 
-    return [n for n in PASS_BY_NAME if is_secret_name(n) and os.environ.get(n)]
+    return sorted(n for n in os.environ if (n in PASS_BY_NAME or n.startswith(PASS_BY_PREFIX))
+                  and is_secret_name(n) and os.environ.get(n))
 
 
 class _Child:
@@ -116,8 +126,10 @@ def _multi_node_ranks(stage: str, env: dict[str, str]) -> subprocess.Popen | Non
     return subprocess.Popen(srun_ranks_argv(bench[0], n, sys.executable), env=env)
 
 
-def _end_runs(sweep: Sweep, job_id: str, status: str) -> None:
-    """After a failure: this job's RUNNING MLflow runs and the sweep's parent end ``status``."""
+def _end_runs(sweep: Sweep, job_id: str, status: str, parent: bool = True) -> None:
+    """After a failure: this job's RUNNING MLflow runs and (``parent``) the sweep's parent end
+    ``status``; before a requeued attempt (``parent=False``): the killed attempt's runs, and the
+    sweep's parent is RUNNING again."""
     try:
         from lab.tracking.tracker import Tracker
 
@@ -126,13 +138,39 @@ def _end_runs(sweep: Sweep, job_id: str, status: str) -> None:
         for run in tracker.search_runs(f"tags.slurm_job_id = '{job_id}' and attributes.status = 'RUNNING'"):
             client.set_terminated(run.info.run_id, status)
             print(f"[lab] fleet: MLflow run {run.info.run_id} ({run.info.run_name}) ended {status}", flush=True)
-        parent = sweep.data.get("parent_run_id")
-        if parent and client.get_run(parent).info.status == "RUNNING":
-            client.set_terminated(parent, status)
-            print(f"[lab] fleet: the sweep's MLflow parent {parent} ended {status} "
+        pid = sweep.data.get("parent_run_id")
+        if not pid:
+            return
+        info = client.get_run(pid).info
+        if parent and info.status == "RUNNING":
+            client.set_terminated(pid, status)
+            print(f"[lab] fleet: the sweep's MLflow parent {pid} ended {status} "
                   "(lab fleet submit re-opens it for the stages still missing)", flush=True)
+        elif not parent and info.status in ("FAILED", "KILLED"):
+            client.update_run(pid, status="RUNNING")
+            print(f"[lab] fleet: the sweep's MLflow parent {pid} re-opened for this attempt", flush=True)
     except Exception as exc:  # the tracking server down: the stage's files and log still say what happened
         print(f"[lab] fleet: could not end the MLflow runs of job {job_id}: {exc}", file=sys.stderr, flush=True)
+
+
+def _earlier_attempt(sweep: Sweep, stage: str, job_id: str, attempt: int) -> None:
+    """A requeued job (``attempt`` > 0): keep the killed attempt's record beside this one's and
+    end its MLflow runs left RUNNING (module docstring, step 1)."""
+    import json
+
+    path = sweep.dir / "records" / f"{stage}-{job_id}.json"
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        old = None
+    if old is not None and old.get("attempt", 0) != attempt:
+        old_attempt = old.get("attempt", 0)
+        if old.get("status") == "running":
+            old.update(status="lost", ended=None)
+        write_record(sweep.dir, stage, f"{job_id}.attempt{old_attempt}", old)
+        print(f"[lab] fleet: attempt {old_attempt} of job {job_id} ended {old.get('status')}; its record is "
+              f"records/{stage}-{job_id}.attempt{old_attempt}.json, its checkout {old.get('checkout')}", flush=True)
+    _end_runs(sweep, job_id, "FAILED", parent=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,9 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     sweep = Sweep.load(Path(sweep_dir))
     checkout = Path.cwd()
     job_id = os.environ.get("SLURM_JOB_ID", "local")
+    attempt = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    print(f"[lab] fleet: ===== job {job_id}, attempt {attempt}"
+          + (f" (Slurm requeued it {attempt} time(s))" if attempt else "") + " =====", flush=True)
+    if attempt:
+        _earlier_attempt(sweep, stage, job_id, attempt)
     record = {"stage": stage, "job_id": job_id, "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
               "started": now(), "ended": None, "status": "running", "exit_code": None,
-              "checkout": str(checkout), "commit": sweep.data["commit"]}
+              "checkout": str(checkout), "commit": sweep.data["commit"], "attempt": attempt}
     write_record(sweep.dir, stage, job_id, record)
     child = _Child()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -191,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.05)
     if child.signalled:
         rc = rc or 128 + child.signalled
+    from lab.fleet.runcache import RESULTS_SAFE
+
+    if rc == RESULTS_SAFE and not child.signalled:  # saved, only MLflow failed (module docstring, step 5)
+        record["mlflow"] = "not logged: the tracking server failed; lab fleet log logs it once it is back"
+        rc = 0
     status = "ok" if rc == 0 else ("cancelled" if child.signalled else "failed")
     record.update(ended=now(), status=status, exit_code=rc)
     write_record(sweep.dir, stage, job_id, record)  # first: a SIGKILL after KillWait loses nothing else

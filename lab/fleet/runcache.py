@@ -19,10 +19,27 @@ lifts both guards in its own processes only (plain ``dvc repro`` is unchanged):
   the entry explicitly after a successful run; DVC's ``StageCache.save`` then commits copies
   of those uncached outputs, as it does for ``cache: false`` metrics.
 
+Outputs that git commits (the ``cache: false`` ones: ``results/<mode>/metrics.json``,
+``reports/*.csv``, ``reports/comparison.json``, the headlines; committed so that ``lab summary``
+on a fresh clone prints the committed answer) differ from a sweep's new ones (``written_at`` at
+least), and DVC's checkout refuses to replace a file its cache does not hold ("unable to
+remove ... without a confirmation"). Before restoring a stage, :func:`clear_committed_outputs`
+removes those of its outputs that git tracks and that equal the checked-out commit's copy:
+git holds them, so nothing is lost; an edited one stays and DVC's refusal stands.
+
+A complete measurement survives a tracking-server outage: ``run`` names a file in
+:data:`lab.pipeline.stage.RESULTS_SAFE_ENV`; a stage whose complete result is on disk and whose
+only failure was MLflow notes so there before it fails. ``run`` then saves the stage as a
+successful run would (:func:`save_entry` with ``commit``: outputs into the cache, the run-cache
+entry) and exits :data:`RESULTS_SAFE`; the job counts the stage done, and ``lab fleet log``
+logs its run (:mod:`lab.tracking.relog`, from the run record among its outputs) once the server
+is back.
+
 ``python -m lab.fleet.runcache run STAGE`` (in a job) runs ``dvc repro --single-item STAGE``
 and saves its entry; ``python -m lab.fleet.runcache restore STAGE...`` (a job's upstream
 stages, and collect) restores each stage from the run cache and refuses, running nothing, when
-one is not there. Exit codes: DVC's own, or 3 when a stage to restore is not cached.
+one is not there. Exit codes: DVC's own, 3 when a stage to restore is not cached, 4 when the
+stage's result was saved but MLflow failed (:data:`RESULTS_SAFE`).
 """
 
 from __future__ import annotations
@@ -32,10 +49,13 @@ from collections.abc import Iterator
 from contextlib import chdir, contextmanager
 from pathlib import Path
 
-__all__ = ["persistent_outputs_cacheable", "open_repo", "cached", "save_entry", "stage_order", "main", "NOT_CACHED"]
+__all__ = ["persistent_outputs_cacheable", "open_repo", "cached", "save_entry", "stage_order", "main", "NOT_CACHED",
+           "clear_committed_outputs", "RESULTS_SAFE"]
 
 #: Exit code of ``restore`` when a stage is not in the run cache.
 NOT_CACHED = 3
+#: Exit code of ``run`` when the stage's complete result is in the run cache but MLflow failed.
+RESULTS_SAFE = 4
 
 
 @contextmanager
@@ -127,11 +147,46 @@ def _restorable(repo, stage) -> bool:
     return bool(entry) and repo.stage_cache._create_stage(entry, wdir=stage.wdir).outs_cached()
 
 
-def save_entry(root: Path, address: str) -> None:
+def save_entry(root: Path, address: str, commit: bool = False) -> None:
     """Save ``address``'s run-cache entry from the workspace as it is now (after a successful
-    ``dvc repro``): DVC's ``Stage.save`` with the run cache on (module docstring). Idempotent."""
+    ``dvc repro``): DVC's ``Stage.save`` with the run cache on (module docstring). Idempotent.
+
+    :param commit: first commit the outputs into the cache, as ``dvc repro`` does after a
+        successful command (needed when the command failed after its complete result: the
+        tracking-outage rescue, module docstring)."""
     with persistent_outputs_cacheable(), open_repo(root) as repo, repo.lock:
-        _stage(repo, address).save(run_cache=True)
+        stage = _stage(repo, address)
+        if commit:
+            stage.save(run_cache=False)
+            stage.commit()
+        stage.save(run_cache=True)
+
+
+def clear_committed_outputs(root: Path, address: str) -> list[str]:
+    """Remove ``address``'s outputs that git tracks and that equal ``HEAD``'s copy (module
+    docstring), so that restoring the stage needs no confirmation; returns their paths
+    (relative to ``root``). Outputs git does not track, or that differ from ``HEAD``, stay."""
+    import subprocess
+
+    with open_repo(root) as repo:
+        outs = [o.def_path for o in _stage(repo, address).outs]
+    tracked = subprocess.run(["git", "ls-files", "-z", "--", *outs], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.split("\0")
+    tracked = [t for t in tracked if t]
+    if not tracked:
+        return []
+    changed = set(subprocess.run(["git", "diff", "--name-only", "-z", "HEAD", "--", *tracked], cwd=root,
+                                 capture_output=True, text=True, check=True).stdout.split("\0"))
+    removed = []
+    for rel in tracked:
+        path = root / rel
+        if rel not in changed and path.is_file():
+            path.unlink()
+            removed.append(rel)
+    if removed:
+        print(f"[lab] fleet: {address}: {len(removed)} committed output(s) git holds make way for the restored ones: "
+              f"{', '.join(removed[:6])}{' ...' if len(removed) > 6 else ''}", flush=True)
+    return removed
 
 
 def _dvc(argv: list[str]) -> int:
@@ -147,10 +202,25 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     root = Path.cwd()
     if args[:1] == ["run"] and len(args) == 2:
+        import json
+        import os
+
+        from lab.pipeline.stage import RESULTS_SAFE_ENV
+
+        note = root / ".dvc" / "tmp" / "lab-results-safe.json"
+        note.unlink(missing_ok=True)
+        os.environ[RESULTS_SAFE_ENV] = str(note)
         rc = _dvc(["repro", "--single-item", args[1]])
         if rc == 0:
             save_entry(root, args[1])
             print(f"[lab] fleet: saved {args[1]} in the run cache", flush=True)
+        elif note.is_file():
+            safe = json.loads(note.read_text())
+            save_entry(root, args[1], commit=True)
+            print(f"[lab] fleet: MLflow failed after {args[1]}'s complete result ({safe['cause']}); the result "
+                  f"({safe['results_dir']}) is saved in the run cache all the same. Once the tracking server is "
+                  "back: lab fleet collect, then lab fleet log", flush=True)
+            return RESULTS_SAFE
         return rc
     if args[:1] == ["restore"]:
         for address in args[1:]:
@@ -159,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                       "have to run here; nothing was run. Fix: lab fleet submit (it runs only what is missing), "
                       "then lab fleet status --wait", file=sys.stderr)
                 return NOT_CACHED
+            clear_committed_outputs(root, address)
             rc = _dvc(["repro", "--single-item", address])
             if rc != 0:
                 return rc

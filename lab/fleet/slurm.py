@@ -4,8 +4,9 @@ Nothing here schedules: Slurm does. The fleet submits plain batch scripts
 (:mod:`lab.fleet.script`) with ``sbatch --parsable``, reads job states with ``squeue``
 (``--states=all`` also lists jobs that ended within the cluster's ``MinJobAge``), and cancels
 with ``scancel``. Commands find the cluster as they do for the user (``SLURM_CONF`` or the
-node's configuration). Accounting (``sacct``) is not needed: a job's outcome is also in its
-own record (:mod:`lab.fleet.fleet_sweep`).
+node's configuration). For a job that ``squeue`` no longer lists (it ended longer ago than the
+cluster's ``MinJobAge``) :func:`queue` asks accounting (``sacct``), where the cluster keeps
+one; without accounting a job's outcome is still in its own record (:mod:`lab.fleet.fleet_sweep`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SlurmError", "JobState", "LIVE_STATES", "require", "submit", "queue", "cancel", "hostnames"]
+__all__ = ["SlurmError", "JobState", "LIVE_STATES", "require", "submit", "queue", "accounted", "cancel", "hostnames"]
 
 #: squeue states of a job that has not ended (``squeue(1)`` JOB STATE CODES).
 LIVE_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
@@ -96,6 +97,28 @@ def queue(job_ids: list[str]) -> dict[str, JobState]:
         parts = line.strip().split("|")
         if len(parts) == 4 and parts[0] in wanted:
             states[parts[0]] = JobState(*parts)
+    gone = sorted(wanted - set(states))
+    if gone and shutil.which("sacct"):
+        states.update(accounted(gone))
+    return states
+
+
+def accounted(job_ids: list[str]) -> dict[str, JobState]:
+    """The final states ``sacct`` records for ``job_ids`` (the job allocation's line, the last
+    attempt's: ``sacct -X`` without ``--duplicates``); ``{}`` when the cluster keeps no accounting
+    (``sacct`` fails: "Slurm accounting storage is disabled") or lists none of them."""
+    try:
+        out = _run(["sacct", "-n", "-X", "-P", "-j", ",".join(job_ids), "-o", "JobID,State,ExitCode,NodeList"],
+                   timeout=30)
+    except SlurmError:
+        return {}
+    states = {}
+    for line in out.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 4 and parts[0] in job_ids:
+            # "CANCELLED by 0" -> CANCELLED; sacct's NodeList is "None assigned" for a job never started
+            states[parts[0]] = JobState(parts[0], parts[1].split()[0], f"exit {parts[2]}",
+                                        "" if parts[3].startswith("None") else parts[3])
     return states
 
 

@@ -23,7 +23,8 @@ process under DVC, else the stage itself) for the kernel it starts, so each ``dv
 has its own MLflow parent run. Exit codes and messages (:func:`stage_main`): 0 ok; 2 bad
 params, a check before the notebook, or a conflicting ``MLFLOW_TRACKING_URI`` (nothing
 started, nothing deleted); 130 interrupted; 1 the notebook failed, or MLflow failed after
-a complete result (then the message says the results are safe and names ``lab log``).
+a complete result (then the message says the results are safe and names ``lab log``; with
+:data:`RESULTS_SAFE_ENV` set, as a fleet job sets it, the stage also notes so in that file).
 An interrupted or failed stage's message names the attempt directory holding its partial
 result, and only paths that exist.
 """
@@ -39,7 +40,12 @@ from typing import Any
 from lab.config import LabParams, ParamsError, load_params, repo_root
 
 __all__ = ["Stage", "PreflightFailed", "StageFailed", "run_stage", "stage_main", "stage_deps", "check_deps_tracked",
-           "in_experiment", "log_executed_notebook"]
+           "in_experiment", "log_executed_notebook", "RESULTS_SAFE_ENV"]
+
+#: A file path: when set, a stage whose complete result is on disk and only MLflow failed writes
+#: there ``{"results_dir": ..., "cause": ...}`` before it fails (a fleet job then saves the result in
+#: DVC's run cache: :mod:`lab.fleet.runcache`).
+RESULTS_SAFE_ENV = "LAB_RESULTS_SAFE_FILE"
 
 
 class PreflightFailed(RuntimeError):
@@ -192,6 +198,11 @@ def run_stage(build: Callable[[LabParams], Stage], params_file: str | None = Non
                           + _where_partial(work, out_dir, root, complete), exit_code=130) from None
     tracking = _tracking_failure(error) or (attach_error if error is None else None)
     if complete and tracking:
+        if os.environ.get(RESULTS_SAFE_ENV):
+            from lab.atomic import write_json_atomic
+
+            write_json_atomic(Path(os.environ[RESULTS_SAFE_ENV]), {"results_dir": _rel(out_dir, root),
+                                                                  "cause": tracking_cause(tracking)})
         raise StageFailed(f"stage {name}: {results_safe(tracking_cause(tracking), _rel(out_dir, root))}") from None
     if error is not None:
         cell = getattr(error, "ename", None)  # papermill's error: the failing cell's exception

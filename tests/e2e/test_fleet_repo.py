@@ -70,3 +70,29 @@ def test_submit_refuses_before_anything_runs(repo):
     with pytest.raises(FleetError, match="MLFLOW_TRACKING_PASSWORD"):
         submit(repo, Options())
     assert not (repo / ".cache" / "fleet").exists()  # nothing written, nothing submitted
+
+
+def test_submit_refuses_container_mounts_without_an_image(repo):
+    with pytest.raises(FleetError, match="--container-mounts without --container-image"):
+        submit(repo, Options(container_mounts=["/models:/models"]))
+    assert not (repo / ".cache" / "fleet").exists()
+
+
+def test_restore_clears_only_committed_outputs_git_holds(repo):
+    from lab.fleet.runcache import clear_committed_outputs
+
+    out = repo / "results" / "baseline"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.json").write_text('{"written_at": "committed"}\n')
+    (repo / "reports" / "headline").mkdir(parents=True, exist_ok=True)
+    (repo / "reports" / "summary.csv").write_text("mode,point\n")
+    (repo / "reports" / "headline" / "baseline.json").write_text("{}\n")
+    subprocess.run(["git", "add", "-f", "results/baseline/metrics.json", "reports"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "outputs"], cwd=repo, check=True)
+    (out / "result.json").write_text("{}\n")  # an output git does not track: DVC's business, untouched
+    assert clear_committed_outputs(repo, "bench@baseline") == ["results/baseline/metrics.json"]
+    assert not (out / "metrics.json").exists() and (out / "result.json").exists()
+    # an edited committed output stays (DVC's refusal then stands: nothing of yours is lost)
+    (repo / "reports" / "summary.csv").write_text("mode,point\nmine,c1\n")
+    assert clear_committed_outputs(repo, "compare") == ["reports/headline/baseline.json"]
+    assert (repo / "reports" / "summary.csv").read_text().endswith("mine,c1\n")

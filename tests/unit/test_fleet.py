@@ -121,3 +121,116 @@ def test_fleet_parent_from_env_needs_no_file_and_no_server(tmp_path, monkeypatch
     assert tracker.parent_run_id() == tracker.known_parent() == "0123abcd"
     assert tracker.close_pipeline(ok=True) == []  # the sweep's parent outlives the stage
     assert tracker._client is None and not (tmp_path / PARENT_FILE).exists()
+
+
+def test_jobs_get_the_lab_mlflow_and_hf_variables_by_prefix_and_telemetry_off(monkeypatch):
+    from lab.config.loading import SERVER_PLACEMENT_ENV
+    from lab.fleet.script import JOB_OWN, TELEMETRY_OFF
+    from lab.tracking.grouping import INVOCATION_ENV, PARENT_RUN_ENV
+    from lab.tracking.runs import STAGE_STARTED_ENV
+
+    # the job sets these itself: the lab's own names, from the modules that define them
+    from lab.pipeline.stage import RESULTS_SAFE_ENV
+
+    assert {*SERVER_PLACEMENT_ENV, INVOCATION_ENV, PARENT_RUN_ENV, STAGE_STARTED_ENV, RESULTS_SAFE_ENV} <= JOB_OWN
+    env = {"HOME": "/home/u", "MLFLOW_TRACKING_TOKEN": "tok_must_not_appear", "MLFLOW_S3_ENDPOINT_URL": "http://s3",
+           "HF_HUB_OFFLINE": "1", "HF_TOKEN": "hf_must_not_appear", "HUGGING_FACE_HUB_TOKEN": "hf2_must_not_appear",
+           "LAB_SOMETHING": "x", "LAB_SERVER_PORT": "31000", "LAB_INVOCATION": "dvc-1", "MLFLOW_RUN_ID": "abc",
+           "MLFLOW_DISABLE_TELEMETRY": "false", "CUDA_VISIBLE_DEVICES": "0", "VIRTUAL_ENV": "/x", "OTHER": "y"}
+    names = exported_names(Options(), env)
+    assert names == sorted(["HOME", "MLFLOW_TRACKING_TOKEN", "MLFLOW_S3_ENDPOINT_URL", "HF_HUB_OFFLINE", "HF_TOKEN",
+                            "HUGGING_FACE_HUB_TOKEN", "LAB_SOMETHING"])
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    text = _render(load_params(ROOT / "params.yaml"), "bench@baseline", Options(), names)
+    assert "must_not_appear" not in text
+    export = next(line for line in text.splitlines() if line.startswith("#SBATCH --export="))
+    assert export == "#SBATCH --export=" + ",".join(names)
+    telemetry = next(line for line in text.splitlines() if line.startswith("export MLFLOW_DISABLE_TELEMETRY"))
+    assert all(f"{k}={v}" in telemetry for k, v in TELEMETRY_OFF.items())
+    # the telemetry line comes before the job's Python starts
+    assert text.index(telemetry) < text.index("-m lab.fleet.job")
+
+
+def test_job_script_requeues_cleanly_with_setup_lines_and_a_container():
+    params = load_params(ROOT / "params.yaml")
+    plain = _render(params, "bench@baseline", Options(), [])
+    for line in ("#SBATCH --requeue", "#SBATCH --open-mode=append"):
+        assert line in plain  # a requeued attempt's log goes on below the first one's
+    assert 'attempt=${SLURM_RESTART_COUNT:-0}' in plain
+    assert ('checkout=/shared/fleet/sweep-0123456789ab/checkouts/bench@baseline-$SLURM_JOB_ID$attempt_suffix'
+            in plain)
+    assert plain.index('rm -rf "$checkout"') < plain.index("git clone")
+    assert "exec srun" not in plain and "set +u" not in plain
+    assert plain.rstrip().splitlines()[-1] == ("exec /shared/lab/.venv/bin/python -m lab.fleet.job "
+                                               "/shared/fleet/sweep-0123456789ab bench@baseline")
+
+    opts = Options(setup=["module load cuda/12.4", "source /opt/env.sh"], container_image="lmsysorg/sglang:v0.5.6",
+                   container_mounts=["/models:/models:ro"])
+    text = render(stage="bench@baseline", sweep_id="sweep-0123456789ab",
+                  sweep_dir=Path("/shared/lab/.cache/fleet/sweep-0123456789ab"), repo=Path("/shared/lab"),
+                  commit="0123456789abcdef", python="/shared/lab/.venv/bin/python",
+                  resources=stage_resources("bench@baseline", params, opts), opts=opts, names=[], dependent=False,
+                  cache_dir="/scratch/dvc-cache")
+    lines = text.splitlines()
+    i = lines.index("module load cuda/12.4")
+    assert lines[i - 1] == "set +u" and lines[i + 1] == "source /opt/env.sh" and lines[i + 2] == "set -u"
+    assert i < next(n for n, x in enumerate(lines) if x.startswith("git clone"))  # set-up first, on the node
+    last = lines[-1]
+    assert last.startswith("exec srun --nodes=1 --ntasks=1 ")
+    assert "--container-image=lmsysorg/sglang:v0.5.6" in last
+    # the head checkout (the sweep dir is under it) and the DVC cache at their own paths, then the user's
+    assert "--container-mounts=/shared/lab:/shared/lab,/scratch/dvc-cache:/scratch/dvc-cache,/models:/models:ro" in last
+    assert '--container-workdir="$checkout"' in last
+    assert last.endswith("/shared/lab/.venv/bin/python -m lab.fleet.job /shared/lab/.cache/fleet/sweep-0123456789ab "
+                         "bench@baseline")
+
+
+def test_status_reports_what_slurm_reports(tmp_path):
+    from lab.fleet.fleet_sweep import Sweep, stage_rows, write_record
+    from lab.fleet.slurm import JobState
+
+    sweep = Sweep(tmp_path, {"stages": [{"stage": s, "upstream": []} for s in ("a", "b", "c", "d", "e")],
+                             "jobs": {s: [{"job_id": j, "log": ""}] for s, j in
+                                      (("a", "11"), ("b", "12"), ("c", "13"), ("d", "14"), ("e", "15"))}})
+    # a: requeued after its first attempt was killed (its record says cancelled): Slurm says PENDING
+    write_record(tmp_path, "a", "11", {"status": "cancelled", "exit_code": 143, "attempt": 0})
+    # b: the rerun failed at once, before it wrote a record: Slurm's FAILED, not the old record's CANCELLED
+    write_record(tmp_path, "b", "12", {"status": "cancelled", "exit_code": 143, "attempt": 0})
+    # c: Slurm says COMPLETED and the record ok: done; d: COMPLETED without an ok record: lost
+    write_record(tmp_path, "c", "13", {"status": "ok", "exit_code": 0, "attempt": 1})
+    q = {"11": JobState("11", "PENDING", "BeginTime", ""), "12": JobState("12", "FAILED", "NonZeroExitCode", "n1"),
+         "13": JobState("13", "COMPLETED", "None", "n1"), "14": JobState("14", "COMPLETED", "None", "n1")}
+    rows = {r.stage: r for r in stage_rows(sweep, q)}
+    assert rows["a"].state == "PENDING" and rows["a"].live
+    assert rows["b"].state == "FAILED" and not rows["b"].live
+    assert rows["c"].state == "COMPLETED" and rows["d"].state == "LOST"
+    # e: Slurm no longer lists it and it recorded nothing
+    assert rows["e"].state == "LOST"
+
+
+def test_accounting_answers_for_jobs_squeue_forgot(monkeypatch):
+    from lab.fleet import slurm
+
+    calls = []
+
+    def fake_run(cmd, timeout=60):
+        calls.append(cmd[0])
+        if cmd[0] == "squeue":
+            return "7|RUNNING|None|n1\n"
+        return "8|CANCELLED by 0|0:15|n2\n9|COMPLETED|0:0|None assigned\n"
+
+    monkeypatch.setattr(slurm, "_run", fake_run)
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: f"/usr/bin/{name}")
+    states = slurm.queue(["7", "8", "9"])
+    assert calls == ["squeue", "sacct"]
+    assert (states["7"].state, states["8"].state, states["8"].reason, states["8"].nodes, states["9"].nodes) == (
+        "RUNNING", "CANCELLED", "exit 0:15", "n2", "")
+
+    def no_accounting(cmd, timeout=60):
+        if cmd[0] == "squeue":
+            return ""
+        raise slurm.SlurmError("sacct failed (1): Slurm accounting storage is disabled")
+
+    monkeypatch.setattr(slurm, "_run", no_accounting)
+    assert slurm.queue(["8"]) == {}  # the record then decides (fleet_sweep.stage_rows)
