@@ -96,3 +96,15 @@ def test_dvc_repro_without_activation(bare_python, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (repo / "results/physics/metrics.json").is_file()
     assert "ModuleNotFoundError" not in proc.stdout + proc.stderr
+
+
+def test_dvc_repro_without_activation_uses_the_dvcs_own_environment(bare_python, tmp_path):
+    """No `.venv` in the checkout (a GPU node's `.venv-node/bin/dvc repro`): the stage re-runs under the
+    interpreter of the dvc that runs it (lab.interpreter.launcher_python, from /proc)."""
+    repo = scratch_repo(tmp_path / "repo")
+    assert not (repo / ".venv").exists()
+    proc = subprocess.run([str(VENV_BIN / "dvc"), "repro", "physics"], cwd=repo, env=_env(bare_python),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (repo / "results/physics/metrics.json").is_file()
+    assert "ModuleNotFoundError" not in proc.stdout + proc.stderr
