@@ -65,3 +65,36 @@ def page_width(page: Path, window_px: int = 1280, timeout_s: int = 120) -> tuple
     assert m, f"chromium rc={proc.returncode}; no probe result: {proc.stderr[-2000:]}"
     scroll, right = json.loads(html.unescape(m.group(1)))
     return int(scroll), int(right)
+
+
+_SCREEN_PROBE = ("<script>window.addEventListener('load', () => { const r = e => { if (!e) return null; "
+                 "const b = e.getBoundingClientRect(); return [Math.round(b.top), Math.round(b.bottom), "
+                 "Math.round(b.right)]; }; const d = document.querySelector('details.warnings'); "
+                 "const img = document.querySelector('img'); "
+                 "document.body.setAttribute('data-screen-check', JSON.stringify({inner: [window.innerWidth, "
+                 "window.innerHeight], verdict: r(document.querySelector('.verdict')), "
+                 "modes: r(document.querySelector('ul.modes')), first_img: r(img), "
+                 "first_img_alt: img ? img.alt : null, first_img_loaded: img ? img.complete && img.naturalWidth > 0 : false, "
+                 "warnings: r(d), warnings_open: d ? d.open : null, "
+                 "warnings_unfolded_height: d ? (d.open = true, Math.round(d.getBoundingClientRect().height)) : null, "
+                 "scroll_width: document.documentElement.scrollWidth})); });</script>")
+
+
+def screen_report(page: Path, window: tuple[int, int] = (1280, 1000), timeout_s: int = 120) -> dict:
+    """Where the top of ``page`` lands in a ``window`` (width, height CSS px) before any scrolling:
+    ``{inner: [w, h], verdict, modes, first_img, warnings: [top, bottom, right] or None,
+    first_img_alt, first_img_loaded, warnings_open (as the page opens), warnings_unfolded_height,
+    scroll_width}`` (``verdict``: ``.verdict``; ``modes``: ``ul.modes``; ``first_img``: the page's
+    first ``<img>``; ``warnings``: ``details.warnings``, folded as the page opens).
+
+    :raises AssertionError: Chromium failed or the probe did not run.
+    """
+    with tempfile.TemporaryDirectory(prefix="lab-chromium-") as tmp:
+        copy = Path(tmp) / "page.html"
+        copy.write_text(page.read_text().replace("</body>", _SCREEN_PROBE + "</body>"))
+        proc = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={tmp}/profile",
+                               f"--window-size={window[0]},{window[1]}", "--dump-dom", copy.as_uri()],
+                              capture_output=True, text=True, timeout=timeout_s)
+    m = re.search(r'data-screen-check="([^"]*)"', proc.stdout)
+    assert m, f"chromium rc={proc.returncode}; no probe result: {proc.stderr[-2000:]}"
+    return json.loads(html.unescape(m.group(1)))

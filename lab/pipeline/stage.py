@@ -40,7 +40,7 @@ from typing import Any
 from lab.config import LabParams, ParamsError, load_params, repo_root
 
 __all__ = ["Stage", "PreflightFailed", "StageFailed", "run_stage", "stage_main", "stage_deps", "check_deps_tracked",
-           "in_experiment", "log_executed_notebook", "RESULTS_SAFE_ENV"]
+           "in_experiment", "log_executed_notebook", "stage_params", "params_edited", "RESULTS_SAFE_ENV"]
 
 #: A file path: when set, a stage whose complete result is on disk and only MLflow failed writes
 #: there ``{"results_dir": ..., "cause": ...}`` before it fails (a fleet job then saves the result in
@@ -124,34 +124,49 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def run_stage(build: Callable[[LabParams], Stage], params_file: str | None = None, where: str = "") -> Path:
+def run_stage(build: Callable[[LabParams], Stage], params_file: str | None = None, where: str = "",
+              started: dict[str, Any] | None = None) -> Path:
     """Validate params, build the stage, run its fast checks, then execute its notebook in a
     new attempt directory and move a complete result into place; returns the executed
     notebook's final path.
 
+    The pipeline key of the params read here is recorded for the stage and its kernel
+    (:data:`lab.tracking.grouping.PIPELINE_KEY_ENV`), and the stage's tracker in ``started``:
+    the kernel's runs and the stage's end (:func:`stage_main`) find one parent by it, whatever
+    params.yaml says by then.
+
     :param build: the entry module's stage description from the validated params.
     :param where: the stage as named in messages (``bench baseline``).
+    :param started: filled with ``tracker`` (:class:`lab.tracking.tracker.Tracker`) once it is built.
     :raises ParamsError: invalid params, or ``MLFLOW_TRACKING_URI`` names another store
         (before anything starts).
     :raises PreflightFailed: a check before the notebook failed (nothing started or deleted).
     :raises StageFailed: the notebook failed or was interrupted (its partial result kept in
-        its attempt directory, named in the message), or MLflow failed after a complete result.
+        its attempt directory, named in the message), MLflow failed after a complete result, or
+        a parameter of the stage changed in the params file while it ran (the result is kept;
+        DVC must not record the edited value for it).
     """
     import os
     import time
 
     from lab.pipeline.staging import attempt_dir, check_output_dir, promote
+    from lab.tracking.grouping import PIPELINE_KEY_ENV, pipeline_key
     from lab.tracking.runs import STAGE_STARTED_ENV, TrackingError, results_safe, tracking_cause
     from lab.tracking.tracker import Tracker
 
     os.environ[STAGE_STARTED_ENV] = str(int(time.time() * 1000))  # the kernel inherits it
     _name_invocation()
     root = repo_root()
-    params = load_params(params_file or root / "params.yaml")
+    params_path = Path(params_file) if params_file else root / "params.yaml"
+    declared_at_start = _read_yaml(params_path)
+    params = load_params(params_path)
+    os.environ[PIPELINE_KEY_ENV] = pipeline_key(params, root)  # the kernel inherits it, the end reads it
     try:
         tracker = Tracker.from_params(params, root)  # refuses a conflicting MLFLOW_TRACKING_URI
     except TrackingError as exc:
         raise ParamsError(str(exc)) from None
+    if started is not None:
+        started["tracker"] = tracker
     stage = build(params)
     check_deps_tracked(root, stage.dvc_name)
     out_dir = root / stage.results_dir
@@ -209,7 +224,70 @@ def run_stage(build: Callable[[LabParams], Stage], params_file: str | None = Non
         detail = tracking_cause(tracking) if tracking else _short(
             f"{cell}: {getattr(error, 'evalue', '')}" if cell else f"{type(error).__name__}: {error}")
         raise StageFailed(failure_message(name, detail, _where_partial(work, out_dir, root, complete))) from None
+    edited = params_edited(root, stage, declared_at_start, _read_yaml(params_path))
+    if edited:
+        raise StageFailed(
+            f"stage {name}: {_rel(params_path, root)} changed while it ran ({'; '.join(edited)}). It measured with "
+            "the values read at its start (its MLflow runs record them, the result is in "
+            f"{_rel(out_dir, root)}), but DVC would record the edited ones for it, so it reports a failure and "
+            f"dvc.lock keeps its previous entry. Fix: run `dvc repro` again to measure with the edited values") from None
     return final
+
+
+def _read_yaml(path: Path) -> Any:
+    """The params file's content as YAML, or None when it cannot be read or parsed."""
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+
+
+def stage_params(root: Path, stage: Stage) -> list[str]:
+    """The params ``dvc.yaml`` declares for ``stage`` (dotted keys, DVC records their values in
+    ``dvc.lock``): a ``foreach``/``matrix`` stage's ``${key}`` / ``${item.mode}`` is its mode."""
+    import yaml
+
+    spec = ((yaml.safe_load((root / "dvc.yaml").read_text()) or {}).get("stages") or {}).get(stage.dvc_name) or {}
+    mode = str(stage.parameters.get("mode_name", ""))
+    return [p.replace("${key}", mode).replace("${item.mode}", mode)
+            for p in ((spec.get("do") or spec).get("params") or []) if isinstance(p, str)]
+
+
+def params_edited(root: Path, stage: Stage, before: Any, after: Any) -> list[str]:
+    """``"<key>: <before> -> <after>"`` for each param of :func:`stage_params` whose value
+    differs between two loads of the params file (values cut at 80 characters); [] when none
+    did, or when ``dvc.yaml`` cannot be read.
+
+    :param before: the params file's YAML at the stage's start. :param after: at its end.
+    """
+    import json
+
+    def value(doc: Any, key: str) -> Any:
+        for part in key.split("."):
+            doc = doc.get(part) if isinstance(doc, dict) else None
+        return doc
+
+    def text(v: Any) -> str:
+        t = json.dumps(v, sort_keys=True, default=str)
+        return t if len(t) <= 80 else t[:77] + "..."
+
+    try:
+        keys = stage_params(root, stage)
+    except (OSError, ValueError, AttributeError):
+        return []
+    out = []
+    for key in keys:
+        a, b = value(before, key), value(after, key)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):  # name the sub-keys that changed
+            out += [f"{key}.{k}: {text(a.get(k))} -> {text(b.get(k))}" for k in sorted(set(a) | set(b), key=str)
+                    if a.get(k) != b.get(k)]
+        else:
+            out.append(f"{key}: {text(a)} -> {text(b)}")
+    return out
 
 
 def _short(text: str, limit: int = 4000) -> str:
@@ -275,21 +353,22 @@ def stage_main(where: str, build: Callable[[LabParams], Stage], params_file: str
     from lab.pipeline.interrupt import die_with_launcher
 
     die_with_launcher()  # dvc killed -> SIGTERM here -> forwarded to the kernel
+    started: dict[str, Any] = {}
     try:
-        out = run_stage(build, params_file, where)
+        out = run_stage(build, params_file, where, started)
     except (ParamsError, PreflightFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        _close_pipeline_runs(params_file, ok=False)
+        _close_pipeline_runs(started.get("tracker"), ok=False)
         return 2
     except StageFailed as exc:
-        _close_pipeline_runs(params_file, ok=False)
+        _close_pipeline_runs(started.get("tracker"), ok=False)
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:  # a second signal before the kernel was told
         print(f"error: stage {where} interrupted ({exc}); no engine left running", file=sys.stderr)
-        _close_pipeline_runs(params_file, ok=False)
+        _close_pipeline_runs(started.get("tracker"), ok=False)
         return 130
-    _close_pipeline_runs(params_file, ok=True)
+    _close_pipeline_runs(started.get("tracker"), ok=True)
     root = repo_root()
     print(f"[lab] executed notebook: {out}" if not in_experiment(root) else
           f"[lab] executed notebook: {_rel(out, root)} (in this DVC experiment; `dvc exp apply` puts it in the workspace)")
@@ -385,17 +464,17 @@ def check_deps_tracked(root: Path, stage: str) -> None:
             "then queue the experiment again")
 
 
-def _close_pipeline_runs(params_file: str | None, ok: bool) -> None:
+def _close_pipeline_runs(tracker, ok: bool) -> None:
     """End this invocation's parent run with this stage's outcome (and, after a failure, its
-    children left RUNNING): :meth:`lab.tracking.tracker.Tracker.close_pipeline`. Never raises."""
+    children left RUNNING): :meth:`lab.tracking.tracker.Tracker.close_pipeline` of the tracker
+    the stage built at its start (its pipeline key is the one the kernel's runs used; the params
+    file is not read again: an edit during the stage would name another parent). Nothing when the
+    stage stopped before building one (invalid params: no run was opened). Never raises."""
+    if tracker is None:
+        return
     try:
-        from lab.tracking.tracker import Tracker
-
-        params = load_params(params_file or repo_root() / "params.yaml")
-        changed = Tracker.from_params(params).close_pipeline(ok)
+        changed = tracker.close_pipeline(ok)
         if not ok and changed:
             print(f"[lab] MLflow runs marked FAILED (this stage failed): {', '.join(changed)}", file=sys.stderr)
-    except ParamsError:
-        pass  # the stage's own error said what is wrong; no stage could open a run with these params
     except Exception as exc:  # MLflow down: the stage's own outcome is what matters
         print(f"[lab] could not end the pipeline's MLflow run: {exc}", file=sys.stderr)

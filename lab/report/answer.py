@@ -60,7 +60,7 @@ from lab.analysis.estimates import Ratio
 from lab.analysis.provenance import scope_of
 
 __all__ = ["WIDTH", "MAX_LINES", "answer_brief", "answer_speedups", "answer_values", "Answer", "build_answer", "group_warnings", "answer_text",
-           "answer_markdown", "answer_html", "load_answer", "headline_lines", "mode_headline"]
+           "answer_markdown", "answer_html", "warnings_html", "load_answer", "headline_lines", "mode_headline"]
 
 #: The widest line :func:`answer_text` prints (a terminal of 120 columns).
 WIDTH = 120
@@ -408,10 +408,25 @@ def answer_markdown(comparison: dict[str, Any], report_path: str | Path | None =
     return "\n".join(lines)
 
 
-def answer_html(comparison: dict[str, Any], report_path: str | Path | None = None) -> str:
+def warnings_html(comparison: dict[str, Any]) -> str:
+    """The measurement warnings as a folded HTML block (escaped): ``<details class="warnings">``
+    whose summary line counts them and names the modes they concern; unfolded, each warning once,
+    naming its modes (:func:`group_warnings`). ``""`` when there are none."""
+    grouped = group_warnings(comparison.get("warnings"))
+    if not grouped:
+        return ""
+    e = html.escape
+    modes = list(dict.fromkeys(m for ms, _ in grouped for m in ms))
+    return (f'<details class="warnings"><summary><b>Measurement warnings</b>: {len(grouped)} '
+            f"({e(', '.join(modes))}); click to unfold</summary><ul>" + "".join(
+                f"<li><b>{e(', '.join(ms))}</b>: {e(w)}</li>" for ms, w in grouped) + "</ul></details>")
+
+
+def answer_html(comparison: dict[str, Any], report_path: str | Path | None = None, *, with_warnings: bool = True) -> str:
     """An HTML fragment (escaped), the top of ``reports/report.html``: the one-line verdicts and
     where the numbers come from (``<section class="verdict">``); the detail, the load sentences,
-    the cross-checks and the warnings follow in ``<section class="answer">``."""
+    the cross-checks and the warnings (folded: :func:`warnings_html`; left out with
+    ``with_warnings=False``, where the page places them itself) follow in ``<section class="answer">``."""
     a = build_answer(comparison, report_path)
     e = html.escape
     question = (f"{catalog.headline_metric().header} speedup over {a.baseline} [95 % CI], per mode:" if a.baseline
@@ -445,9 +460,8 @@ def answer_html(comparison: dict[str, Any], report_path: str | Path | None = Non
     if a.crosscheck:
         out.append(f'<p><b>{e(CROSSCHECK_HEADING)}</b></p><ul class="crosscheck">' + "".join(
             f"<li><b>{e(m)}</b>: {e(t)}</li>" for m, t in a.crosscheck.items()) + "</ul>")
-    if a.warnings:
-        out.append("<p><b>Measurement warnings</b></p><ul>" + "".join(
-            f"<li><b>{e(', '.join(modes))}</b>: {e(w)}</li>" for modes, w in a.warnings) + "</ul>")
+    if a.warnings and with_warnings:
+        out.append(warnings_html(comparison))
     out.append("</section>")
     return "\n".join(out)
 

@@ -23,7 +23,8 @@ import seaborn as sns  # noqa: E402
 from lab.analysis import stats  # noqa: E402
 from lab.atomic import savefig_atomic  # noqa: E402
 
-__all__ = ["draw_all", "decode_tok_s_figure", "latency_figure", "accept_length_figure", "speedup_figure"]
+__all__ = ["draw_all", "decode_tok_s_figure", "latency_figure", "accept_length_figure", "speedup_figure",
+           "server_timing", "latency_labels"]
 
 
 def t_interval(values) -> tuple[float, float]:
@@ -65,9 +66,29 @@ def decode_tok_s_figure(runs: pd.DataFrame, summary: dict[str, Any]):
     return fig
 
 
-#: Legend words of the latency figure's bars.
-LATENCY_LABELS = {"verify_ms": "verify (server, GPU)", "draft_ms": "draft (server, GPU)",
-                  "decode_ms": "decode step (server, GPU)", "cycle_ms": "cycle (client)"}
+#: Legend words of the latency figure's bars; ``{server}`` is :func:`server_timing` (never "GPU" for a
+#: modelled engine's numbers).
+LATENCY_LABELS = {"verify_ms": "verify ({server})", "draft_ms": "draft ({server})",
+                  "decode_ms": "decode step ({server})", "cycle_ms": "cycle (client)"}
+
+
+def server_timing(summary: dict[str, Any]) -> str:
+    """Where the server-side bars' times come from, from the comparison's per-mode provenance
+    (:func:`lab.engine.registry.provenance`: ``timing`` ``measured`` or ``modelled``): ``server, GPU``
+    only when every mode was measured on a real server, ``server, modelled by the emulator`` when
+    every mode was modelled, else (mixed, or no provenance recorded) ``server``."""
+    timings = {str((p or {}).get("timing")) for p in (summary.get("provenance") or {}).values()}
+    if timings == {"measured"}:
+        return "server, GPU"
+    if timings == {"modelled"}:
+        return "server, modelled by the emulator"
+    return "server"
+
+
+def latency_labels(summary: dict[str, Any]) -> dict[str, str]:
+    """:data:`LATENCY_LABELS` with this comparison's :func:`server_timing`."""
+    server = server_timing(summary)
+    return {k: v.format(server=server) for k, v in LATENCY_LABELS.items()}
 
 
 def latency_figure(runs: pd.DataFrame, summary: dict[str, Any]):
@@ -76,7 +97,7 @@ def latency_figure(runs: pd.DataFrame, summary: dict[str, Any]):
     cols = [c for c in ("verify_ms", "draft_ms", "decode_ms", "cycle_ms") if c in runs]
     long = runs[runs["concurrency"] == lowest].melt(id_vars=["mode", "repeat"], value_vars=cols,
                                                     var_name="metric", value_name="ms").dropna()
-    long["metric"] = long["metric"].map(LATENCY_LABELS)
+    long["metric"] = long["metric"].map(latency_labels(summary))
     fig, ax = plt.subplots(figsize=(8.5, 5.2))
     _ci_bars(ax, long, "ms", "metric", summary)
     ax.set_ylabel(f"ms per decode iteration, concurrency {lowest}")
@@ -136,8 +157,8 @@ def speedup_figure(summary: dict[str, Any]):
     scopes = {scope_of(e.get("speedup_decode_tok_s"), summary, m) for m, lv in summary["modes"].items()
               for e in lv.values() if e.get("speedup_decode_tok_s")}
     ax.set_ylabel(f"decode tok/s speedup over {summary.get('baseline')}")
-    ax.set_title("Speedup over plain decoding (1.0 = break-even; 95 % CI"
-                 + (f", {scopes.pop()})" if len(scopes) == 1 else ")"), fontsize=10)
+    ax.set_title(textwrap.fill("Speedup over plain decoding (1.0 = break-even; 95 % CI"  # a long scope wraps, not cut
+                               + (f", {scopes.pop()})" if len(scopes) == 1 else ")"), 100), fontsize=10)
     caption(fig, summary)
     return fig
 

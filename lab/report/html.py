@@ -6,6 +6,12 @@ renders one HTML file with a jinja2 template: every figure embedded as a base64 
 URI (no external file, script or network access), the summary table with 95 % intervals,
 the effective configuration of each mode, the break-even explanation and the engine
 caption. It opens in any browser, without Jupyter.
+
+The page opens with what fits one 1280 x 1000 window (issue 34, item 6; checked in headless
+Chromium by ``tests/component/test_report_screen.py``): the verdict and where its numbers come
+from, one line per mode's configuration as the engine resolved it (:func:`mode_line`), the lead
+figure (the speedup's, with a baseline) and the measurement warnings folded in a ``<details>``
+(:func:`lab.report.answer.warnings_html`); the tables, the detail and the other figures follow.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from lab.analysis.estimates import Estimate, Ratio
 from lab.report.tables import speedup_cell, table_columns
 
 __all__ = ["explain_figures", "break_even_costs", "summary_html", "speedup_html", "write_report", "FIGURE_CAPTIONS",
-           "figure_caption", "load_label"]
+           "figure_caption", "load_label", "mode_line"]
 
 
 def break_even_costs(modes: Mapping[str, ModeParams], summary: dict[str, Any]) -> list[theory.ModeCosts]:
@@ -96,7 +102,12 @@ _TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>eagle-verify-lab report ({{ engine }})</title>
 <style>
-body { font-family: system-ui, sans-serif; max-width: 1240px; margin: 1em auto; padding: 0 1em; color: #222; }
+body { font-family: system-ui, sans-serif; max-width: 1240px; margin: 0.6em auto; padding: 0 1em; color: #222; }
+h1 { font-size: 1.5em; margin: 0.3em 0; }
+.verdict p, .verdict ul { margin: 0.3em 0; }
+ul.modes { margin: 0.2em 0 0.4em; font-size: 0.9em; } ul.modes li { margin-bottom: 0.1em; }
+figure.lead { margin: 0.4em 0 0.8em; } figure.lead img { max-height: 54vh; width: auto; }
+details.warnings { margin: 0.5em 0 1em; } details.warnings summary { cursor: pointer; }
 table { border-collapse: collapse; font-size: 0.82em; margin: 0.5em 0 1.5em; max-width: 100%; }
 th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: right; vertical-align: top; }
 th { white-space: normal; background: #f4f4f4; }
@@ -113,6 +124,10 @@ li { margin-bottom: 0.4em; }
 </style></head><body>
 <h1>Does EAGLE-3 beat plain decoding here?</h1>
 {{ verdict | safe }}
+<p class="modes-head"><b>Modes</b>, as the engine resolved them (full table: <a href="#config">effective configuration</a>):</p>
+<ul class="modes">{% for m in mode_lines %}<li><b>{{ m.mode }}</b>: {{ m.line }}</li>{% endfor %}</ul>
+{% if lead %}<figure class="lead"><img alt="{{ lead.name }}" src="data:image/png;base64,{{ lead.b64 }}"><figcaption>{{ lead.caption }}</figcaption></figure>
+{% endif %}{{ warnings | safe }}
 <h2>Summary: mean [95 % CI] over repeats</h2>
 <p>{{ table_note }}</p>
 {{ table | safe }}
@@ -142,7 +157,7 @@ Transformers via Speculative Decoding"; EAGLE-3, Li et al. 2025).</p>
 <p>Each request matched with the baseline's at the same point, repeat, slot and prompt (lab/analysis/lossless.py);
 first divergence: the first differing token position (0-based), the earliest over that prompt's requests.</p>
 {{ lossless_table | safe }}{% endif %}
-<h2>Effective configuration of each mode</h2>
+<h2 id="config">Effective configuration of each mode</h2>
 <p>As requested in params.yaml and as the engine resolved it (read back from /server_info).</p>
 {{ config_table | safe }}
 </body></html>
@@ -311,6 +326,34 @@ def speedup_html(summary: dict[str, Any]) -> str:
     return _table(rows) if rows else "<p>No baseline mode: no speedups.</p>"
 
 
+def mode_line(eff: Mapping[str, Any] | None, requested: ModeParams | None) -> str:
+    """One mode's configuration in a line (the report's top): the speculative algorithm and its
+    steps, topk, draft tokens and verify mode, the attention backend, tensor parallelism and CUDA
+    graphs, as the engine resolved them (``effective_config``, read back from /server_info); from
+    params.yaml (``requested``, saying so) when the engine reported nothing."""
+    if eff:
+        alg, steps, topk, draft = (eff.get(f"speculative_{k}") for k in ("algorithm", "num_steps", "eagle_topk",
+                                                                          "num_draft_tokens"))
+        parts = [f"{alg}, {steps} steps, topk {topk}, {draft} draft tokens, "
+                 f"{eff.get('speculative_attention_mode') or 'prefill'}-mode verify" if alg else "no speculation"]
+        backend = eff.get("verify_attention_backend") or eff.get("attention_backend")
+        if backend:
+            parts.append(f"attention {backend}")
+        if eff.get("tp_size"):
+            parts.append(f"TP {eff['tp_size']}")
+        graphs_off = eff.get("decode_cuda_graph_disabled", eff.get("disable_cuda_graph"))
+        if graphs_off is not None:
+            parts.append("eager (no CUDA graphs)" if graphs_off else "CUDA graphs")
+        return "; ".join(parts)
+    if requested is None:
+        return "-"
+    if not requested.is_speculative:
+        return "no speculation (params.yaml; the engine reported no configuration)"
+    return (f"{requested.algorithm}, {requested.num_steps} steps, topk {requested.eagle_topk}, "
+            f"{requested.num_draft_tokens} draft tokens, {requested.attention_mode or 'prefill'}-mode verify "
+            "(params.yaml; the engine reported no configuration)")
+
+
 def _config_html(modes: Mapping[str, ModeParams], summary: dict[str, Any]) -> str:
     eff = summary.get("effective_config") or {}
     rows = []
@@ -368,21 +411,29 @@ def write_report(summary: dict[str, Any], path: Path, *, engine: str, modes: Map
     """
     import jinja2
 
-    from lab.report.answer import answer_html
+    from lab.report.answer import answer_html, warnings_html
 
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     figures = [{"name": name, "caption": figure_caption(name),
                 "b64": base64.b64encode(Path(p).read_bytes()).decode("ascii")}
                for name, p in summary.get("figures", {}).items()]
-    page = answer_html(summary)  # the verdict first, then the detail; each warning once, naming its modes
+    # the verdict first, then the detail; the warnings (each once, naming its modes) folded under the lead figure
+    page = answer_html(summary, with_warnings=False)
     cut = page.index('<section class="answer">')
+    # the figure beside the verdict at the top (the speedup's, when there is a baseline), the rest below
+    names = [f["name"] for f in figures]
+    lead_name = "speedup" if summary.get("baseline") and "speedup" in names else (names[0] if names else None)
+    lead = next((f for f in figures if f["name"] == lead_name), None)
+    eff = summary.get("effective_config") or {}
+    mode_lines = [{"mode": m, "line": mode_line(eff.get(m), modes.get(m))} for m in summary["modes"]]
     _, note = _axes_columns(summary)
     text = env.from_string(_TEMPLATE).render(
         engine=html.escape(engine), caption=summary.get("caption", ""), baseline=summary.get("baseline") or "-",
         verdict=page[:cut], answer=page[cut:], table_note=note + "Rate points (r<R>) send requests at R req/s on a "
         "seeded schedule; closed-loop points (c<N>) keep N requests in flight.",
         break_even=_lowest_level(summary.get("break_even", [])), crossover=summary.get("crossover") or [], table=summary_html(summary),
-        speedup_table=speedup_html(summary), figures=figures,
+        speedup_table=speedup_html(summary), figures=[f for f in figures if f is not lead], lead=lead,
+        mode_lines=mode_lines, warnings=warnings_html(summary),
         config_table=_config_html(modes, summary), trace=summary.get("trace"),
         trace_table=_trace_html(summary.get("trace")), lossless_table=_lossless_html(summary.get("lossless")))
     write_text_atomic(path, text)

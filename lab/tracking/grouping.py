@@ -50,7 +50,7 @@ from lab.tracking.runs import git_commit
 
 __all__ = ["pipeline_key", "mode_run_name", "PARENT_FILE", "PIPELINE_KEY_SECTIONS", "INVOCATION_ENV",
            "invocation", "process_id", "invocation_alive", "known_parent", "remember_parent", "PARENT_RUN_ENV",
-           "fleet_parent"]
+           "fleet_parent", "PIPELINE_KEY_ENV", "started_key"]
 
 PARENT_FILE = Path(".cache") / "mlflow_parent.json"
 #: Pipeline invocations the parent file remembers (the oldest are dropped).
@@ -71,6 +71,17 @@ PIPELINE_KEY_SECTIONS = ("engine", "model", "server", "emulator", "bench")
 
 #: The pipeline invocation a stage belongs to (``<pid>-<start ms>`` of the ``dvc`` process).
 INVOCATION_ENV = "LAB_INVOCATION"
+
+#: The pipeline key a stage computed at its start (:mod:`lab.pipeline.stage` sets it for itself
+#: and the kernel it starts): the stage finds its parent by it at its end, whatever params.yaml
+#: says by then (issue 34: an edit during the stage made the end recompute another key, miss the
+#: parent and leave it RUNNING).
+PIPELINE_KEY_ENV = "LAB_PIPELINE_KEY"
+
+
+def started_key() -> str | None:
+    """The pipeline key this stage recorded at its start (:data:`PIPELINE_KEY_ENV`), or None."""
+    return os.environ.get(PIPELINE_KEY_ENV) or None
 
 
 def process_id(proc=None) -> str:

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 from lab.config import LabParams, repo_root
 from lab.config.tracking_uri import resolve_tracking_uri
 from lab.redact import redact_url
-from lab.tracking.grouping import fleet_parent, invocation, known_parent, pipeline_key, remember_parent
+from lab.tracking.grouping import fleet_parent, invocation, known_parent, pipeline_key, remember_parent, started_key
 from lab.tracking.runs import (RunHandle, TrackingError, artifact_location, git_commit, new_record, run_tags,
                                stage_started_ms)
 
@@ -90,13 +90,16 @@ class Tracker:
     @classmethod
     def from_params(cls, params: LabParams, root: Path | None = None) -> "Tracker":
         """The stage's tracker: URI and experiment from ``params.mlflow``, the pipeline key
-        from the key sections, the standard tags (:func:`lab.tracking.runs.run_tags`).
+        the stage recorded at its start (:func:`lab.tracking.grouping.started_key`; inside a
+        stage's kernel too) or else from the key sections, the standard tags
+        (:func:`lab.tracking.runs.run_tags`).
 
         :raises TrackingError: a conflicting ``MLFLOW_TRACKING_URI`` (:func:`tracking_uri`).
         """
         root = root or repo_root()
         return cls(tracking_uri(params, root), params.mlflow.experiment, root=root,
-                   key=pipeline_key(params, root), base_tags=run_tags(params, mode=None), engine=params.engine)
+                   key=started_key() or pipeline_key(params, root), base_tags=run_tags(params, mode=None),
+                   engine=params.engine)
 
     @classmethod
     def for_store(cls, uri: str, experiment: str, root: Path | None = None) -> "Tracker":

@@ -207,6 +207,11 @@ def test_report_renders_every_figure_in_headless_chromium(repo):
     assert FIGURE_CAPTIONS["speedup"] in text and "<figcaption>speedup</figcaption>" not in text  # words, not names
     assert "concurrency 0" not in text
     assert max(page_width(report, 1280)) <= 1280  # nothing cut off or scrolled sideways at 1280 px
+    from browser import screen_report
+
+    top = screen_report(report, (1280, 1000))  # the verdict, the modes and the first figure before any scrolling
+    assert all(0 <= top[k][0] < top[k][1] <= top["inner"][1] for k in ("verdict", "modes", "first_img")), top
+    assert top["first_img_alt"] == "speedup" and top["warnings_open"] is False, top
 
 
 def test_summary_md_and_report_carry_the_one_wave_warning(repo):

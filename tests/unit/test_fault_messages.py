@@ -141,3 +141,27 @@ def test_mlflow_tracking_uri_with_params_own_text_is_accepted_outside_the_main_c
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'other.db'}")
     with pytest.raises(TrackingError, match="Fix: set mlflow.tracking_uri"):
         tracking_uri(params, ROOT)
+
+
+def test_params_edited_names_each_declared_key_that_changed():
+    """The stage's end compares the params dvc.yaml declares for it (what dvc.lock records), by key:
+    a mode's own section for bench@<mode> (``${key}``), the sub-keys of a whole section."""
+    from lab.pipeline.stage import Stage, params_edited
+    from scratch import ROOT
+
+    def stage(name, mode=None):
+        return Stage(dvc_name=name, notebook=name, parameters={"mode_name": mode} if mode else {},
+                     results_dir="x", complete=lambda _: True)
+
+    before = {"bench": {"num_prompts": 40, "repeats": 3}, "modes": {"baseline": {"algorithm": None},
+              "eagle3_decode": {"num_steps": 2}}, "sweep": {"a": 1}, "physics": {"b": 1}}
+    after = json.loads(json.dumps(before))
+    after["modes"]["eagle3_decode"]["num_steps"] = 3
+    after["sweep"]["a"] = 2
+    assert params_edited(ROOT, stage("bench", "baseline"), before, after) == []  # not its mode, not its params
+    assert params_edited(ROOT, stage("bench", "eagle3_decode"), before, after) == [
+        "modes.eagle3_decode.num_steps: 2 -> 3"]
+    after["bench"]["num_prompts"] = 20
+    assert params_edited(ROOT, stage("physics"), before, after) == ["bench.num_prompts: 40 -> 20"]
+    assert params_edited(ROOT, stage("compare"), before, after) == [
+        "bench.num_prompts: 40 -> 20", 'modes.eagle3_decode: {"num_steps": 2} -> {"num_steps": 3}', "sweep.a: 1 -> 2"]

@@ -83,14 +83,28 @@ def test_latency_bars_name_each_phase_in_words():
     fig = figures.latency_figure(_runs(), _summary())
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == [figures.LATENCY_LABELS[k] for k in ("verify_ms", "draft_ms", "decode_ms", "cycle_ms")]
-    verify = ax.containers[labels.index(figures.LATENCY_LABELS["verify_ms"])]  # hue order = container order
+    assert labels == ["verify (server)", "draft (server)", "decode step (server)", "cycle (client)"]  # no provenance
+    verify = ax.containers[labels.index("verify (server)")]  # hue order = container order
     # one verify bar, over the speculative mode (x = 1: params order), the baseline has none
     assert [round(p.get_x() + p.get_width() / 2) for p in verify.patches] == [1]
     assert list(verify.datavalues) == pytest.approx([np.mean([18.0, 19.0, 20.0])])  # at the lowest level
-    cycle = ax.containers[labels.index(figures.LATENCY_LABELS["cycle_ms"])]
+    cycle = ax.containers[labels.index("cycle (client)")]
     assert list(cycle.datavalues) == pytest.approx([np.mean([1000 / v for v in DECODE[(m, 1)]]) for m in MODES])
     assert "concurrency 1" in ax.get_ylabel()
+
+
+@pytest.mark.parametrize("timings, server", [
+    (("modelled", "modelled"), "server, modelled by the emulator"),
+    (("measured", "measured"), "server, GPU"),
+    (("measured", "modelled"), "server"),  # mixed engines: the caption says which is which
+])
+def test_an_emulated_bar_is_never_labelled_gpu(timings, server):
+    """Issue 34 item 6: the server-side bars say "GPU" only when every mode ran on a real server."""
+    summary = {**_summary(), "provenance": {m: {"engine": "x", "timing": t} for m, t in zip(MODES, timings)}}
+    fig = figures.latency_figure(_runs(), summary)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == [f"verify ({server})", f"draft ({server})", f"decode step ({server})", "cycle (client)"]
+    assert ("GPU" in " ".join(labels)) == (set(timings) == {"measured"})
 
 
 def test_speedup_bars_error_bars_and_verdicts_are_the_comparisons():
