@@ -165,9 +165,9 @@ def engine_caption(results: dict[str, dict[str, Any]], profile: str | None = Non
     not a GPU, with its cost profile (``emulator.profile``; None: "see params.yaml")."""
     engines = sorted({r.get("engine", "?") for r in results.values()})
     versions = sorted({str(r.get("engine_version", "?")) for r in results.values()})
-    from lab.engine.registry import ENGINES, engine_named
+    from lab.engine.registry import any_modelled
 
-    modelled = [e for e in engines if e in ENGINES and engine_named(e).modelled]
+    modelled = [e for e in engines if any_modelled([e])]
     if modelled:
         profile = profile or "see params.yaml"
         text = (f"engine: {', '.join(modelled)} (SGLang-compatible, profile {profile}: {_profile_description(profile)}). "

@@ -95,11 +95,12 @@ def prior_spread(engine: str | None, profile: str | None) -> "Spread | None":
     :attr:`lab.engine.registry.Engine.launch_spread_priors`; only the emulator's are known, a real
     GPU's must be measured there) as a :class:`Spread`, or None where none is documented (every
     real engine, an unregistered one, an unlisted or edited profile path)."""
-    from lab.engine.registry import ENGINES, engine_named
+    from lab.engine.registry import find_engine
 
-    if not engine or not profile or str(engine) not in ENGINES:
+    eng = find_engine(engine) if engine else None
+    if eng is None or not profile:
         return None
-    priors = engine_named(str(engine)).launch_spread_priors
+    priors = eng.launch_spread_priors
     hit = priors.get(Path(str(profile)).stem if str(profile).endswith(".json") else str(profile))
     return Spread(hit[0], hit[1]) if hit else None
 

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 from lab.config.schema import ParamsError
 
 __all__ = ["Engine", "ENGINES", "register", "engine_for", "engine_named", "engine_names", "provenance",
-           "version_tuple", "any_modelled", "EngineError"]
+           "version_tuple", "any_modelled", "EngineError", "find_engine"]
 
 
 class EngineError(ParamsError):
@@ -187,6 +187,12 @@ def engine_named(name: str) -> Engine:
     return builds[max(builds, key=version_tuple)]()
 
 
+def find_engine(name: Any) -> Engine | None:
+    """The engine registered as ``name`` (as :func:`engine_named`), or None for a name the registry
+    does not hold (a result recorded by an engine not registered here)."""
+    return engine_named(str(name)) if str(name) in ENGINES else None
+
+
 def engine_for(params_or_name: Any) -> Engine:
     """The :class:`Engine` of ``params.engine`` (or of a name); see :func:`engine_named`.
 
@@ -198,7 +204,7 @@ def engine_for(params_or_name: Any) -> Engine:
 def any_modelled(names: Any) -> bool:
     """Whether any of ``names`` (engine names as recorded, e.g. a result's ``engine``; unknown
     names count as not modelled) is a modelled engine."""
-    return any(str(n) in ENGINES and engine_named(str(n)).modelled for n in names)
+    return any((e := find_engine(n)) is not None and e.modelled for n in names)
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

@@ -83,9 +83,9 @@ def test_withhold_and_prior():
     assert prior_spread("emulator", "kimi_k25_tp8_pcie") == Spread(0.022, 14)
     assert prior_spread("emulator", "lab/emulator/profiles/fast.json") == Spread(0.08, 28)
     assert prior_spread("sglang", "kimi_k25_tp8_pcie") is None and prior_spread("emulator", "edited") is None
-    from lab.engine.registry import ENGINES, engine_named
+    from lab.engine.registry import engine_named, engine_names
 
-    priors = {(e, prof): v for e in ENGINES for prof, v in engine_named(e).launch_spread_priors.items()}
+    priors = {(e, prof): v for e in engine_names() for prof, v in engine_named(e).launch_spread_priors.items()}
     assert priors and all(engine_named(engine).modelled and 0 < cv < 1 and n >= 2 and "docs/measurement.md" in src
                for (engine, _), (cv, n, src) in priors.items())
     # every profile named there exists
