@@ -109,6 +109,12 @@ class Emulator(Engine):
         except ProfileError:
             return {}
 
+    def prompt_counter(self) -> Any:
+        """The emulator's own rule (:func:`lab.workload.context.estimate_tokens`)."""
+        from lab.workload.context import estimate_tokens
+
+        return estimate_tokens
+
     def context_window(self, params: Any) -> tuple[int | None, str] | None:
         """The emulator's model window (Kimi-K2.5's, :data:`lab.emulator.args.DEFAULT_CONTEXT_LENGTH`)."""
         from lab.emulator.args import DEFAULT_CONTEXT_LENGTH

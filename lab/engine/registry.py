@@ -111,6 +111,11 @@ class Engine:
         """``{param: absolute path}`` of the files only this engine reads (:func:`lab.inputs.param_files`)."""
         return {}
 
+    def prompt_counter(self) -> Any:
+        """Its own prompt-length counter (``text -> tokens``), or None: the served model's
+        tokenizer counts (:func:`lab.engine.tokenizer.token_counter`)."""
+        return None
+
     def context_window(self, params: Any) -> tuple[int | None, str] | None:
         """The context window the engine serves when neither ``server.context_length`` nor a
         synthetic model sets it: ``(tokens, where read)``, or None to read the served model's config
