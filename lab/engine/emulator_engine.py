@@ -109,6 +109,14 @@ class Emulator(Engine):
         except ProfileError:
             return {}
 
+    def cost_profile(self, params: Any) -> str | None:
+        """``emulator.profile``."""
+        return params.emulator.profile
+
+    def launch_setup(self, params: Any) -> dict[str, Any]:
+        """``emulator_profile`` (its name) and ``emulator_faults``."""
+        return {"emulator_profile": params.emulator.profile, "emulator_faults": list(params.emulator.faults or [])}
+
     def prompt_counter(self) -> Any:
         """The emulator's own rule (:func:`lab.workload.context.estimate_tokens`)."""
         from lab.workload.context import estimate_tokens

@@ -111,6 +111,16 @@ class Engine:
         """``{param: absolute path}`` of the files only this engine reads (:func:`lab.inputs.param_files`)."""
         return {}
 
+    def cost_profile(self, params: Any) -> str | None:
+        """The cost profile a modelled engine's timings come from (tagged ``emulator_profile``,
+        named in captions), None for a measured one."""
+        return None
+
+    def launch_setup(self, params: Any) -> dict[str, Any]:
+        """The engine's own settings that shape a launch beside its flags (hashed by the
+        regression sentinel: :func:`lab.pipeline.bench.launch_setup`)."""
+        return {}
+
     def prompt_counter(self) -> Any:
         """Its own prompt-length counter (``text -> tokens``), or None: the served model's
         tokenizer counts (:func:`lab.engine.tokenizer.token_counter`)."""
