@@ -111,6 +111,11 @@ class Engine:
         """``{param: absolute path}`` of the files only this engine reads (:func:`lab.inputs.param_files`)."""
         return {}
 
+    def launch_refusal(self, flags: list[str]) -> str | None:
+        """Why the installed build would refuse or crash a launch with ``flags`` (checked before a
+        launch that costs minutes), or None."""
+        return None
+
     def cost_profile(self, params: Any) -> str | None:
         """The cost profile a modelled engine's timings come from (tagged ``emulator_profile``,
         named in captions), None for a measured one."""

@@ -74,6 +74,19 @@ class Sglang0523(Engine):
 
         return sglang_checks(params, modes, python=python, timeout_s=timeout_s, check_argv=check_argv)
 
+    def launch_refusal(self, flags: list[str]) -> str | None:
+        """:func:`lab.engine.adaptive_rules.adaptive_launch_refusal` of the installed SGLang (None
+        when none is installed: the launch itself says so)."""
+        from importlib import metadata
+
+        from lab.engine.adaptive_rules import adaptive_launch_refusal
+
+        try:
+            version = metadata.version("sglang")
+        except metadata.PackageNotFoundError:
+            return None
+        return adaptive_launch_refusal(flags, version)
+
     def version_tags(self, server_info: Any, python: str | None = None) -> dict[str, str]:
         """``sglang_version``: :func:`sglang_version`."""
         return {"sglang_version": sglang_version(server_info, python)}

@@ -15,7 +15,7 @@ import functools
 import os
 from pathlib import Path
 
-from lab.workload.context import TokenCount, estimate_tokens
+from lab.workload.context import TokenCount
 
 __all__ = ["TokenizerError", "hf_token_counter", "token_counter"]
 
@@ -59,7 +59,7 @@ def hf_token_counter(model_path: str, trust_remote_code: bool = False) -> TokenC
 
 def token_counter(params, mode_name: str | None = None) -> TokenCount:
     """The prompt-length counter of the engine ``params`` launch: the engine's own
-    (:meth:`lab.engine.registry.Engine.prompt_counter`; the emulator's rule, :func:`estimate_tokens`),
+    (:meth:`lab.engine.registry.Engine.prompt_counter`; the emulator's rule, :func:`lab.workload.context.estimate_tokens`),
     else the served target's tokenizer.
 
     :raises TokenizerError: a real engine whose tokenizer cannot be loaded.
