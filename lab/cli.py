@@ -337,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     p_stage = sub.add_parser("stage", help="run a pipeline stage (as dvc.yaml does)")
     p_stage.add_argument("rest", nargs=argparse.REMAINDER)
     p_doc = sub.add_parser("doctor", help="preflight checks: GPUs, SGLang, launch flags, weights, port, disk")
-    p_doc.add_argument("--engine", choices=["emulator", "sglang"], default=None,
+    from lab.engine.registry import engine_names
+
+    p_doc.add_argument("--engine", choices=engine_names(), default=None,
                        help="check this engine instead of params.yaml's")
     p_doc.add_argument("--mode", action="append", default=None, help="check only this mode (repeatable)")
     p_doc.add_argument("--python", default=None, help="the Python that will run the server (default: this one)")
@@ -345,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     p_cmd = sub.add_parser("command", help="print a mode's engine launch line (secrets redacted)")
     p_cmd.add_argument("--mode", required=True)
     p_cmd.add_argument("--node-rank", type=int, default=None, help="override server.node_rank")
-    p_cmd.add_argument("--engine", choices=["emulator", "sglang"], default=None,
+    p_cmd.add_argument("--engine", choices=engine_names(), default=None,
                        help="override params.yaml's engine (sglang: the real SGLang launch line)")
     p_cmd.add_argument("--params", default=None)
     p_la = sub.add_parser("launches", help="set bench.launches (fresh engine starts per mode, interleaved) "

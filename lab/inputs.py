@@ -39,15 +39,7 @@ def param_files(params, root: Path) -> dict[str, Path]:
         except OSError:  # a value that is no path (too long a name...)
             pass
 
-    if engine_for(params).params_section == "emulator":  # the emulator's cost profile
-        from lab.emulator.profile import ProfileError, load_profile
-
-        prof = params.emulator.profile
-        cand = Path(prof) if Path(prof).is_absolute() else root / prof
-        try:
-            out["emulator.profile"] = load_profile(cand if cand.is_file() else prof)[1].resolve()
-        except ProfileError:
-            pass  # preflight reports it
+    out.update(engine_for(params).input_files(params, root))  # the emulator's cost profile
     if not is_hf_id(params.bench.dataset):
         add("bench.dataset", params.bench.dataset)
     for i, arg in enumerate(params.server.extra_args or []):

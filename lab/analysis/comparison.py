@@ -165,9 +165,12 @@ def engine_caption(results: dict[str, dict[str, Any]], profile: str | None = Non
     not a GPU, with its cost profile (``emulator.profile``; None: "see params.yaml")."""
     engines = sorted({r.get("engine", "?") for r in results.values()})
     versions = sorted({str(r.get("engine_version", "?")) for r in results.values()})
-    if "emulator" in engines:
+    from lab.engine.registry import any_modelled
+
+    modelled = [e for e in engines if any_modelled([e])]
+    if modelled:
         profile = profile or "see params.yaml"
-        text = (f"engine: emulator (SGLang-compatible, profile {profile}: {_profile_description(profile)}). "
+        text = (f"engine: {', '.join(modelled)} (SGLang-compatible, profile {profile}: {_profile_description(profile)}). "
                 "Modelled step costs. Not a GPU measurement.")
     else:
         text = f"engine: {', '.join(engines)} (SGLang {', '.join(versions)})"

@@ -33,7 +33,7 @@ The comparison's units, per mode, point and metric (docs/measurement.md, "Launch
 noise *measured for this configuration*: two or more launches, or one launch with the spread
 borrowed from its own earlier launches. A one-launch ratio without either keeps its point
 estimate but gets no verdict word (:func:`withhold`, ``note`` :data:`NO_LAUNCH_SPREAD`); where
-the lab documents the launch spread of the engine and cost profile (:data:`LAUNCH_SPREAD_PRIORS`,
+the lab documents the launch spread of the engine and cost profile (:attr:`lab.engine.registry.Engine.launch_spread_priors`,
 :func:`prior_spread`), its interval is widened with it (scope :func:`assumed_from`) so that
 it covers at its level, and still no word is said: an assumed spread is not this machine's.
 ``python benchmarks/verdict_simulation.py`` measures the default's wrong verdicts and coverage.
@@ -55,7 +55,7 @@ from lab.analysis.estimates import NO_LAUNCH_SPREAD, WITHIN_ONE_LAUNCH, Estimate
 from lab.catalog import interval_kind
 from lab.config.paths import launch_results_dir
 
-__all__ = ["LAUNCH_SPREAD_PRIORS", "NO_LAUNCH_SPREAD", "prior_spread", "assumed_from", "withhold", "Spread", "launch_dirs", "launch_means", "mean_estimate", "welch_speedup", "borrow", "spreads_for", "WITHIN_ONE_LAUNCH",
+__all__ = ["NO_LAUNCH_SPREAD", "prior_spread", "assumed_from", "withhold", "Spread", "launch_dirs", "launch_means", "mean_estimate", "welch_speedup", "borrow", "spreads_for", "WITHIN_ONE_LAUNCH",
            "across_launches", "borrowed_from"]
 
 
@@ -90,25 +90,18 @@ class Spread:
         return cls(float(sd) / float(mean), int(n))
 
 
-#: Launch-to-launch spread of decode tok/s launch means that the lab measured and documents, per
-#: (engine, emulator cost profile): ``(cv, n launches, source)``. Only the emulator's are known;
-#: a real GPU's must be measured there (``lab launches 3``, or the sentinel's history).
-LAUNCH_SPREAD_PRIORS: dict[tuple[str, str], tuple[float, int, str]] = {
-    ("emulator", "kimi_k25_tp8_pcie"): (
-        0.022, 14, "docs/measurement.md section 4: 14 launches judged, benchmarks/sentinel_false_alarms.py"),
-    ("emulator", "fast"): (
-        0.08, 28, "docs/measurement.md section 4: 4-8 % over 28 launches, the upper end taken"),
-}
-
-
-
 def prior_spread(engine: str | None, profile: str | None) -> "Spread | None":
-    """The documented launch spread of ``engine`` with cost profile ``profile``
-    (:data:`LAUNCH_SPREAD_PRIORS`) as a :class:`Spread`, or None where none is documented (every
-    real engine, an unlisted or edited profile path)."""
-    if not engine or not profile:
+    """The documented launch spread of ``engine`` with cost profile ``profile`` (the engine's own
+    :attr:`lab.engine.registry.Engine.launch_spread_priors`; only the emulator's are known, a real
+    GPU's must be measured there) as a :class:`Spread`, or None where none is documented (every
+    real engine, an unregistered one, an unlisted or edited profile path)."""
+    from lab.engine.registry import find_engine
+
+    eng = find_engine(engine) if engine else None
+    if eng is None or not profile:
         return None
-    hit = LAUNCH_SPREAD_PRIORS.get((str(engine), Path(str(profile)).stem if str(profile).endswith(".json") else str(profile)))
+    priors = eng.launch_spread_priors
+    hit = priors.get(Path(str(profile)).stem if str(profile).endswith(".json") else str(profile))
     return Spread(hit[0], hit[1]) if hit else None
 
 

@@ -52,9 +52,9 @@ def result_provenance(result: Mapping[str, Any]) -> dict[str, str]:
     engine = str(result.get("engine") or "?")
     cmd = str(result.get("server_command") or "")
     speculative = "--speculative-algorithm" in cmd or bool((result.get("headline") or {}).get("accept_length"))
-    from lab.engine.registry import ENGINES
+    from lab.engine.registry import any_modelled
 
-    if engine in ENGINES and ENGINES[engine].modelled:
+    if any_modelled([engine]):
         return {"engine": engine, "timing": "modelled", "weights": "emulated",
                 "acceptance": "emulated" if speculative else "n/a"}
     weights = "random" if "--load-format dummy" in cmd else "real"
@@ -97,8 +97,10 @@ def short_label(p: Mapping[str, str]) -> str:
     """A few words for one mode: ``"emulator"`` (every emulator number is modelled, with emulated
     weights and acceptance), ``"sglang: random weights, simulated acceptance"``, ``"sglang: real
     weights"`` (a plain-decoding mode has no acceptance)."""
-    if p.get("engine") == "emulator":
-        return "emulator"
+    from lab.engine.registry import any_modelled
+
+    if any_modelled([p.get("engine")]):
+        return str(p.get("engine"))
     words = [f"{p.get('weights')} weights"] + ([f"{p.get('acceptance')} acceptance"]
                                                 if p.get("acceptance") not in (None, "n/a") else [])
     return f"{p.get('engine')}: {', '.join(words)}"

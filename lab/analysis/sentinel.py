@@ -49,7 +49,7 @@ from scipy import stats as _st
 
 from lab.analysis.stats import finite
 from lab.catalog import sentinel_metrics
-from lab.engine.registry import ENGINES
+from lab.engine.registry import any_modelled
 
 __all__ = ["NOT_WORKLOAD", "gpu_model", "config_fingerprint", "file_sha256",
            "launch_delta", "compare", "current_launch", "history_launches", "log_to_run", "check",
@@ -114,7 +114,7 @@ def config_fingerprint(result: Mapping[str, Any], workload: Mapping[str, Any], *
     """
     engine = result.get("engine", "unknown")
     if gpu is None:
-        gpu = "none (emulator)" if getattr(ENGINES.get(engine), "modelled", False) else gpu_model()
+        gpu = "none (emulator)" if any_modelled([engine]) else gpu_model()
     material = {
         "engine": engine,
         "engine_version": str(result.get("engine_version", "unknown")),

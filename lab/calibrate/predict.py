@@ -444,7 +444,7 @@ POINT_LIST_KEYS = frozenset({"concurrency", "request_rates", "context_tokens", "
 
 def launch_cv_for(engine: str | None) -> float | None:
     """The documented launch-to-launch CV of a launch mean for ``engine`` (the emulator's default
-    profile's, :data:`lab.analysis.launches.LAUNCH_SPREAD_PRIORS`), None where none is known."""
+    profile's, :attr:`lab.engine.emulator_engine.Emulator.launch_spread_priors`), None where none is known."""
     from lab.analysis.launches import prior_spread
 
     s = prior_spread(engine, "kimi_k25_tp8_pcie")  # documented only for the emulator's profiles

@@ -88,8 +88,10 @@ def measured_by_config(dirs: list[Path], engine: str | None = None,
 
 def caption(cal: Calibration, verb: str = "Predicted by lab predict from") -> str:
     """One line naming the calibration's engine and build (never a GPU claim for the emulator)."""
+    from lab.engine.registry import any_modelled
+
     eng = cal.engine
-    what = "EMULATOR results: modelled step costs, not GPU measurements" if "emulator" in eng else f"{eng} measurements"
+    what = "EMULATOR results: modelled step costs, not GPU measurements" if any_modelled(eng.split(",")) else f"{eng} measurements"
     return (f"{verb} a calibration on {what} (build {', '.join(cal.engine_versions)}; "
             f"calibrated from {', '.join(sorted(cal.obs.configs))}).")
 

@@ -383,7 +383,9 @@ class MlflowParams(Strict):
 class LabParams(Strict):
     """The whole ``params.yaml``."""
 
-    engine: Literal["emulator", "sglang"] = "emulator"
+    # A registered engine's name (lab.engine.registry, which lab.config does not import: an
+    # unregistered name fails at the first question asked of it, lab.engine.registry.engine_for).
+    engine: str = Field("emulator", pattern=r"^[a-z][a-z0-9_]*$")
     model: ModelParams = Field(default_factory=ModelParams)
     server: ServerParams = Field(default_factory=ServerParams)
     emulator: EmulatorParams = Field(default_factory=EmulatorParams)

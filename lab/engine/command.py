@@ -1,8 +1,9 @@
 """Server command: the engine's argv and environment for each mode (no process handling).
 
-Both engines take the same SGLang 0.5.23 flags (``docs/contracts.md``): the real server is
-``python -m sglang.launch_server <flags>``, the emulator ``python -m lab.emulator <flags>``
-plus its own flags (``--emulator-*``, ``--ground-truth-file``). Each mode's speculative flags
+:func:`build_server_command` asks the engine (:mod:`lab.engine.registry`) for them. Both built-in
+engines take the same SGLang 0.5.23 flags (``docs/contracts.md``, :func:`server_flags`): the real
+server is ``python -m sglang.launch_server <flags>``, the emulator ``python -m lab.emulator <flags>``
+plus its own flags (``--emulator-*``, ``--ground-truth-file``: :mod:`lab.engine.emulator_engine`). Each mode's speculative flags
 come from one table, :data:`MODE_FLAGS`, so a mode's launch is readable in one place.
 Starting, watching and stopping the command is :mod:`lab.engine.process`.
 """
@@ -19,11 +20,8 @@ from lab.config import LabParams
 from lab.engine.registry import engine_for
 from lab.redact import redact_argv, redact_env
 
-__all__ = ["ServerCommand", "MODE_FLAGS", "BASE_ENV", "build_server_command", "server_flags", "model_paths", "ENGINE_MODULE",
-           "flag_value"]
-
-#: Engine (``params.engine``, :mod:`lab.engine.registry`) -> the module ``python -m`` runs.
-ENGINE_MODULE: dict[str, str] = {"emulator": "lab.emulator", "sglang": "sglang.launch_server"}
+__all__ = ["ServerCommand", "MODE_FLAGS", "BASE_ENV", "build_server_command", "server_flags", "model_paths",
+           "flag_value", "sglang_env"]
 
 # Mode field -> SGLang 0.5.23 flag (sglang/srt/arg_groups/fields/spec.py, model.py).
 MODE_FLAGS: dict[str, str] = {
@@ -51,7 +49,7 @@ class ServerCommand:
 
     :ivar argv: the process argv (a list; never a shell string).
     :ivar env: variables added to the inherited environment.
-    :ivar engine: ``"emulator"`` or ``"sglang"``.
+    :ivar engine: ``params.engine`` (a name :mod:`lab.engine.registry` holds).
     :ivar host, port: where it will listen.
     """
 
@@ -151,11 +149,13 @@ def build_server_command(
     prompt_file: str | os.PathLike[str] | None = None,
     port: int | None = None,
 ) -> ServerCommand:
-    """The engine launch for ``mode_name`` under ``params.engine``.
+    """The engine launch for ``mode_name`` under ``params.engine``: the engine's own
+    :meth:`~lab.engine.registry.Engine.flags`, :meth:`~lab.engine.registry.Engine.argv` and
+    :meth:`~lab.engine.registry.Engine.env`.
 
-    :param ground_truth_file: emulator only: where it writes what it actually did.
+    :param ground_truth_file: an engine that records ground truth: where it writes what it actually did.
     :param python: the interpreter that runs the server.
-    :param prompt_file: emulator only: the JSONL prompt file whose categories set per-category
+    :param prompt_file: a modelled engine's: the JSONL prompt file whose categories set per-category
         acceptance (``--emulator-prompt-categories``, :mod:`lab.emulator.categories`).
     :param port: listen here instead of ``server.port``: what a launch passes,
         :func:`lab.engine.ports.launch_port` (a free port for the emulator when ``server.port`` is
@@ -163,12 +163,28 @@ def build_server_command(
     :returns: a :class:`ServerCommand` (argv list + added environment).
     :raises ParamsError: unknown mode.
     """
-    mode = params.mode(mode_name)
+    eng = engine_for(params)
+    params.mode(mode_name)  # ParamsError for an unknown mode, before anything is built
     if port is not None and port != params.server.port:
         server = params.server.model_copy(update={"port": port})
         server.__pydantic_fields_set__.add("port")
         params = params.model_copy(update={"server": server})
-    flags = server_flags(params, mode_name)
+    flags = eng.flags(params, mode_name)
+    argv = eng.argv(params, mode_name, flags, python=python,
+                    ground_truth_file=None if ground_truth_file is None else str(ground_truth_file),
+                    prompt_file=None if prompt_file is None else str(prompt_file))
+    return ServerCommand(argv=argv, env=eng.env(params, mode_name), engine=params.engine,
+                         host=params.server.host, port=params.server.port, flags=flags)
+
+
+def sglang_env(params: LabParams, mode_name: str) -> dict[str, str]:
+    """The variables an SGLang-compatible launch of ``mode_name`` adds (:data:`BASE_ENV`, then
+    ``server.env``, the mode's ``env``, and ``SGLANG_SIMULATE_ACC_LEN`` for a mode that pins its
+    accept length).
+
+    :raises ParamsError: unknown mode.
+    """
+    mode = params.mode(mode_name)
     env = dict(BASE_ENV)
     env.update(params.server.env)
     env.update(mode.env)
@@ -181,15 +197,4 @@ def build_server_command(
         # run keeps token 100 and its outputs are (correctly) reported degenerate.
         if (mode.eagle_topk or 1) == 1:
             env.setdefault("SGLANG_SIMULATE_ACC_TOKEN_MODE", "real-draft-token")
-    argv = [python, "-m", ENGINE_MODULE[params.engine], *flags]
-    if engine_for(params).params_section == "emulator":  # the emulator's own flags
-        e = params.emulator
-        argv += ["--emulator-profile", e.profile, "--emulator-startup-delay-s", str(e.startup_delay_s)]
-        for fault in e.faults:  # lab/emulator/faults.py; none by default
-            argv += ["--emulator-fault", fault]
-        if ground_truth_file is not None:
-            argv += ["--ground-truth-file", str(ground_truth_file)]
-        if prompt_file is not None:
-            argv += ["--emulator-prompt-categories", str(prompt_file)]
-    return ServerCommand(argv=argv, env=env, engine=params.engine,
-                         host=params.server.host, port=params.server.port, flags=flags)
+    return env

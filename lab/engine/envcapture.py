@@ -28,12 +28,12 @@ from pathlib import Path
 from lab.redact import redact_env, redact_text
 from lab.engine.registry import engine_for
 
-__all__ = ["capture_environment", "run_optional", "NOT_AVAILABLE"]
+__all__ = ["capture_environment", "run_optional", "NOT_AVAILABLE", "SGLANG_INFO"]
 
 NOT_AVAILABLE = "not available"
 _TIMEOUT_S = 60.0
 
-_SGLANG_INFO = r"""
+SGLANG_INFO = r"""
 import json, os, subprocess
 try:
     import importlib.util
@@ -85,7 +85,8 @@ def capture_environment(out_dir: str | os.PathLike[str], *, python: str = sys.ex
 
     :param python: the interpreter that runs the server (its SGLang and packages are recorded).
     :param server_env: variables added to the server's environment (NCCL_* shown from it too).
-    :param engine: with ``emulator`` the SGLang items are recorded as not applicable.
+    :param engine: ``params.engine``: its own items (:meth:`lab.engine.registry.Engine.capture_environment`;
+        the emulator records the SGLang items as not applicable).
     :returns: tags ``env.driver_version``, ``env.cuda_version``, ``env.gpu_name``,
         ``env.gpu_count``, ``env.sglang_version``, ``env.sglang_git_commit`` (value
         ``not available`` when unknown).
@@ -122,19 +123,8 @@ def capture_environment(out_dir: str | os.PathLike[str], *, python: str = sys.ex
     nccl = {k: v for k, v in sorted(full_env.items()) if k.startswith("NCCL_")}
     write("nccl-env.txt", "\n".join(f"{k}={v}" for k, v in redact_env(nccl).items())
           or "no NCCL_* variables set (NCCL defaults apply)")
-    if not engine_for(engine).modelled:
-        ok, info_txt = run_optional([python, "-c", _SGLANG_INFO])
-        info = json.loads(info_txt) if ok else {"error": info_txt}
-        if info.get("version"):
-            tags["env.sglang_version"] = info["version"]
-        if info.get("git_commit"):
-            tags["env.sglang_git_commit"] = info["git_commit"]
-        versions["sglang"] = info
-        ok, text = run_optional([python, "-m", "sglang.check_env"], timeout_s=120)
-        write("sglang-check-env.txt", text)
-    else:
-        versions["sglang"] = "not applicable: engine emulator"
-        write("sglang-check-env.txt", f"{NOT_AVAILABLE}: engine emulator does not run SGLang")
+    own_tags, versions["sglang"] = engine_for(engine).capture_environment(python, write)
+    tags.update(own_tags)
     write("versions.json", json.dumps(versions, indent=2))
     ok, text = run_optional([python, "-m", "pip", "freeze"])
     if not ok:

@@ -56,6 +56,6 @@ def launch_port(params: Any) -> int:
     """
     from lab.engine.registry import engine_for
 
-    if port_is_explicit(params.server) or engine_for(params).params_section != "emulator":
+    if port_is_explicit(params.server) or not engine_for(params).picks_free_port:
         return params.server.port
     return free_port()

@@ -41,7 +41,7 @@ from lab.engine.window import hf_cache_dir  # noqa: F401 - public here too (pref
 __all__ = ["Check", "PreflightError", "PreflightReport", "run_preflight", "gpu_check",
            "sglang_check", "argv_check", "weights_check", "hf_cache_dir", "format_table",
            "MIN_FREE_DISK_GB", "ARGV_CHECK_TIMEOUT_S", "driver_check", "MIN_DRIVER_MAJOR", "synthetic_check",
-           "bundle_checks", "context_check"]
+           "bundle_checks", "context_check", "sglang_checks"]
 
 #: Below this free space (GiB) where results go, logs and artifacts may not fit.
 MIN_FREE_DISK_GB = 2.0
@@ -356,8 +356,8 @@ def _cheap_checks(params: LabParams, results_dir: Path) -> list[Check]:
     from lab.engine.registry import engine_for
 
     try:
-        if not port_is_explicit(s) and engine_for(params).params_section == "emulator":
-            checks.append(Check("port", OK, "server.port not set: the emulator takes a free port at launch"))
+        if not port_is_explicit(s) and engine_for(params).picks_free_port:
+            checks.append(Check("port", OK, f"server.port not set: the {params.engine} takes a free port at launch"))
         else:
             check_port_free(s.host, s.port)
             checks.append(Check("port", OK, f"{s.host}:{s.port} is free"))
@@ -396,18 +396,17 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
     """
     modes = list(modes or params.modes)
     out = Path(results_dir) if results_dir is not None else repo_root() / "results"
+    eng = engine_for(params)
+    checks = eng.preflight(params, modes, python=python, timeout_s=timeout_s, check_argv=check_argv)
+    return PreflightReport(eng.name, checks + _cheap_checks(params, out))
+
+
+def sglang_checks(params: LabParams, modes: list[str], *, python: str = sys.executable,
+                  timeout_s: float = ARGV_CHECK_TIMEOUT_S, check_argv: bool = True) -> list[Check]:
+    """An SGLang launch's own rows: ``gpus``, ``driver``, ``sglang``, each mode's ``argv``, the
+    adaptive-speculation refusals, ``synthetic`` or the ``model`` / ``draft`` weights, ``context``
+    and (with this Python) the offline bundle's; :meth:`lab.engine.sglang_engine.Sglang0523.preflight`."""
     checks: list[Check] = []
-    if not engine_for(params).holds_gpus:  # the emulator: no GPU, SGLang or weights
-        checks.append(Check("gpus", SKIP, "engine emulator: no GPU, SGLang or weights needed"))
-        from lab.emulator.profile import ProfileError, load_profile
-        try:
-            prof, path = load_profile(params.emulator.profile)
-            checks.append(Check("emulator", OK, f"profile {prof.name} v{prof.version} ({path}); its timing models "
-                                f"SGLang build {prof.models_build.label!r}"))
-        except ProfileError as exc:
-            checks.append(Check("emulator", FAIL, str(exc), "set emulator.profile to a bundled name or a file"))
-        checks.append(context_check(params, modes))
-        return PreflightReport("emulator", checks + _cheap_checks(params, out))
     m = params.model
     checks.append(gpu_check(m.tp_size, getattr(params.server, "nnodes", 1)))
     checks.append(driver_check(nvml_driver_version()))
@@ -434,7 +433,7 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
     checks.append(context_check(params, modes))
     if python == sys.executable:
         checks += bundle_checks(flags)
-    return PreflightReport("sglang", checks + _cheap_checks(params, out))
+    return checks
 
 
 def adaptive_checks(flags_by_mode: dict[str, list[str]], version: str) -> list[Check]:

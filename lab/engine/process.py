@@ -27,7 +27,7 @@ import psutil
 
 from lab.config import main_repo_root, repo_root
 from lab.engine.command import ServerCommand
-from lab.engine.registry import ENGINES
+from lab.engine.registry import ENGINES, engine_named
 
 __all__ = [
     "ServerError",
@@ -269,7 +269,7 @@ class ServerProcess:
         (GPU engine) the previous engine's GPU memory is not freed in time."""
         stop_stale_servers(self.state_dir)
         check_port_free(self.command.host, self.command.port)
-        if getattr(ENGINES.get(self.command.engine), "holds_gpus", False):
+        if _holds_gpus(self.command.engine):
             self._wait_previous_gpu_memory()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.command.env, "PYTHONUNBUFFERED": "1"}
@@ -355,7 +355,7 @@ class ServerProcess:
         """Stop the whole process group (SIGTERM, then SIGKILL after the grace period)."""
         if self.proc is None:
             return
-        if getattr(ENGINES.get(self.command.engine), "holds_gpus", False):  # the next launch waits for these pids' GPU memory
+        if _holds_gpus(self.command.engine):  # the next launch waits for these pids' GPU memory
             pids = [self.proc.pid]
             for p in psutil.process_iter():
                 try:
@@ -404,3 +404,8 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _holds_gpus(engine: str) -> bool:
+    """Whether a launch of ``engine`` (a registered name; any other holds none) holds GPU memory."""
+    return engine in ENGINES and engine_named(engine).holds_gpus

@@ -22,13 +22,16 @@ flag definitions               ``srt/arg_groups/fields/*.py``       ``ServerArgs
 In both, target-verify is CUDA-graph captured in either ``--speculative-attention-mode``: the
 mode only picks which attention backend serves verify (:attr:`SglangSurface.mode_picks_backend_only`).
 A version the table does not name gets the nearest older contract, and the result says so
-(:func:`surface_for`).
+(:func:`surface_for`). Each build's engine class (:mod:`lab.engine.sglang_engine`) holds its
+surface; the emulator serves 0.5.23's (:mod:`lab.engine.emulator_engine`).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from lab.engine.registry import engine_named, version_tuple
 
 __all__ = ["SglangSurface", "SURFACES", "surface_for", "captured_graph_bs", "version_tuple"]
 
@@ -67,29 +70,16 @@ SURFACES: dict[str, SglangSurface] = {
 }
 
 
-def version_tuple(version: str) -> tuple[int, ...]:
-    """``"0.5.16"`` -> ``(0, 5, 16)``; suffixes (``.post1``, ``rc0``) are dropped."""
-    return tuple(int(p) for p in re.findall(r"\d+", str(version).split("+")[0])[:3])
-
-
 def surface_for(version: str | None) -> tuple[SglangSurface, str | None]:
-    """The contract for an engine reporting ``version``.
+    """The contract for an engine reporting ``version``: the surface of the SGLang build
+    :meth:`lab.engine.registry.Engine.at_version` picks (:mod:`lab.engine.sglang_engine`).
 
     :returns: ``(surface, note)``: the newest contract not newer than ``version``; the note says
         when ``version`` is not one the lab was checked against (None when it is). An unknown or
         missing version gets the newest contract, with a note.
     """
-    known = sorted(SURFACES, key=version_tuple)
-    if version and str(version) in SURFACES:
-        return SURFACES[str(version)], None
-    try:
-        v = version_tuple(version or "")
-    except ValueError:
-        v = ()
-    older = [k for k in known if v and version_tuple(k) <= v]
-    pick = older[-1] if older else known[-1]
-    return SURFACES[pick], (f"SGLang {version or 'of unknown version'} is not a build the lab was checked "
-                            f"against; read with the {pick} contract")
+    build, note = engine_named("sglang").at_version(version)
+    return build.surface, note
 
 
 _CAPTURE_BS = re.compile(r"Capture target (?:verify|decode) CUDA graph (begin|end)\.[^\n]*?\bbs=\[([0-9, ]*)\]")

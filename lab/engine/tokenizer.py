@@ -15,7 +15,7 @@ import functools
 import os
 from pathlib import Path
 
-from lab.workload.context import TokenCount, estimate_tokens
+from lab.workload.context import TokenCount
 
 __all__ = ["TokenizerError", "hf_token_counter", "token_counter"]
 
@@ -58,15 +58,17 @@ def hf_token_counter(model_path: str, trust_remote_code: bool = False) -> TokenC
 
 
 def token_counter(params, mode_name: str | None = None) -> TokenCount:
-    """The prompt-length counter of the engine ``params`` launch: the emulator's own rule
-    (:func:`estimate_tokens`) for a modelled engine, else the served target's tokenizer.
+    """The prompt-length counter of the engine ``params`` launch: the engine's own
+    (:meth:`lab.engine.registry.Engine.prompt_counter`; the emulator's rule, :func:`lab.workload.context.estimate_tokens`),
+    else the served target's tokenizer.
 
     :raises TokenizerError: a real engine whose tokenizer cannot be loaded.
     """
     from lab.engine.command import model_paths
     from lab.engine.registry import engine_for
 
-    if engine_for(params).modelled:
-        return estimate_tokens
+    own = engine_for(params).prompt_counter()  # the emulator's own rule
+    if own is not None:
+        return own
     target, _ = model_paths(params, mode_name or next(iter(params.modes)))
     return hf_token_counter(target, bool(params.model.trust_remote_code))

@@ -100,11 +100,9 @@ def served_window(params) -> Window:
 
         return Window(config_context_length(target_config(params.model.synthetic)),
                       f"synthetic {params.model.synthetic}'s config (lab/engine/synthetic.py max_position_embeddings)")
-    if engine_for(params).modelled:
-        from lab.emulator.args import DEFAULT_CONTEXT_LENGTH
-
-        return Window(DEFAULT_CONTEXT_LENGTH, "the emulator's model (Kimi-K2.5's max_position_embeddings, "
-                      "lab/emulator/args.py DEFAULT_CONTEXT_LENGTH)")
+    own = engine_for(params).context_window(params)  # the emulator's model: its own window
+    if own is not None:
+        return Window(*own)
     cfg, where = _model_config(params.model.path)
     return Window(config_context_length(cfg) if cfg is not None else None, where)
 

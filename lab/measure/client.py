@@ -66,6 +66,7 @@ __all__ = [
     "StreamParser",
     "run_requests",
     "run_requests_sync",
+    "request_function",
     "fetch_text",
     "fetch_json",
 ]
@@ -460,6 +461,23 @@ def run_requests_sync(base_url: str, texts: list[tuple[int, str]], **kwargs: Any
         # On KeyboardInterrupt/SystemExit (a signal to the kernel) do not wait for the
         # benchmark to drain: the caller stops the engine, which ends the thread's requests.
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def request_function(engine: str | None) -> Callable[..., list[dict[str, Any]]]:
+    """The blocking function that sends a batch of requests to ``engine`` (a registered name): the
+    one its class names (:attr:`lab.engine.registry.Engine.request_function`, ``"module:function"``,
+    taking :func:`run_requests_sync`'s arguments); :func:`run_requests_sync` for None.
+
+    :raises lab.engine.registry.EngineError: ``engine`` is not registered.
+    """
+    if engine is None:
+        return run_requests_sync
+    import importlib
+
+    from lab.engine.registry import engine_named
+
+    module, _, name = engine_named(engine).request_function.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def fetch_text(url: str, timeout_s: float = 10.0) -> str:

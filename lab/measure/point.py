@@ -179,7 +179,8 @@ def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], spe
     info0 = _ask(srv, client.fetch_json, "/server_info", where, out)
     log_window = LogWindow(out / "server.log")
     with GpuSampler(TELEMETRY_INTERVAL_S) as gpu:
-        recs = client.run_requests_sync(
+        send = client.request_function(getattr(getattr(srv, "command", None), "engine", None))
+        recs = send(
             srv.base_url, texts, concurrency=c, max_new_tokens=lengths,
             temperature=b.temperature, timeout_s=b.request_timeout_s,
             rid_prefix=f"{mode}-{point.key}-r{rep}",

@@ -154,9 +154,7 @@ def launch_setup(params: LabParams, mode_name: str | None) -> dict[str, Any]:
         "server_limits": {k: getattr(params.server, k, None) for k in
                           ("mem_fraction_static", "max_running_requests", "cuda_graph_max_bs_decode", "context_length")},
     }
-    if engine_for(params).modelled:
-        setup["emulator_profile"] = params.emulator.profile
-        setup["emulator_faults"] = list(params.emulator.faults or [])
+    setup.update(engine_for(params).launch_setup(params))  # the emulator: its profile's name, its faults
     root = repo_root()
     setup["param_files"] = file_digests(param_files(params, root), root)  # the profile's content, ...
     return setup

@@ -80,21 +80,6 @@ def window_key(concurrency: int, context_tokens: int) -> str:
     return f"c{concurrency}" if not context_tokens else f"c{concurrency}_ctx{context_tokens}"
 
 
-def _refuse_adaptive(flags: list[str]) -> None:
-    """:raises ValueError: :func:`lab.engine.adaptive_rules.adaptive_launch_refusal` of the installed SGLang."""
-    from importlib import metadata
-
-    from lab.engine.adaptive_rules import adaptive_launch_refusal
-
-    try:
-        version = metadata.version("sglang")
-    except metadata.PackageNotFoundError:
-        return  # the launch itself says SGLang is missing
-    why = adaptive_launch_refusal(flags, version)
-    if why:
-        raise ValueError(why)
-
-
 def capture_mode(params, mode: str, out: Path, *, requests: int = 8, concurrency: tuple[int, ...] = (1,),
                  context_tokens: tuple[int, ...] = (0,), log=print) -> dict[str, Any]:
     """Launch ``mode``, record its surfaces into ``out`` (see the module docstring), stop it.
@@ -110,8 +95,9 @@ def capture_mode(params, mode: str, out: Path, *, requests: int = 8, concurrency
     b = params.bench
     prompts, _ = load_bench_prompts(b, repo_root())
     cmd = build_server_command(params, mode, port=launch_port(params))
-    if engine_for(params).holds_gpus:  # before the GPU spends minutes on a launch SGLang would refuse or crash
-        _refuse_adaptive(cmd.flags)
+    why = engine_for(params).launch_refusal(cmd.flags)  # before the GPU spends minutes on a launch SGLang would refuse
+    if why:
+        raise ValueError(why)
     launch: dict[str, Any] = {"mode": mode, "argv": redact_argv(cmd.argv), "env": redact_env(cmd.env),
                               "engine": params.engine}
     t0 = time.perf_counter()

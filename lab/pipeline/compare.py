@@ -65,12 +65,16 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     runs = runs_frame(res_dir, modes, launches)
     baseline = params.baseline_mode if params.baseline_mode in modes else None
     engine = next(iter({r.get("engine") for r in results.values()}), None)
-    prior = prior_spread(engine, params.emulator.profile)  # documented launch spread (issue 32), or None
+    from lab.engine.registry import find_engine
+
+    eng = find_engine(engine) if engine else None
+    profile = eng.cost_profile(params) if eng is not None else None  # the emulator's: params.yaml's emulator.profile
+    prior = prior_spread(engine, profile)  # documented launch spread (issue 32), or None
     summary = summarize(results, runs, baseline, launch_prior=prior)
     # per-prompt speedup beside the per-repeat one, clustered by launch or repeat where requests share them
     add_paired(summary, res_dir, baseline, launches=launches, results=results, launch_prior=prior)
     prov = add_provenance(summary, results)  # engine, timing, weights, acceptance on every row (issue 22)
-    summary["caption"] = f"{engine_caption(results, params.emulator.profile).rstrip('.')}. Provenance: {provenance_sentence(prov)}"
+    summary["caption"] = f"{engine_caption(results, profile).rstrip('.')}. Provenance: {provenance_sentence(prov)}"
     summary["interval_note"] = interval_note(summary)  # what the intervals span, on every figure
     runs_drawn = launch_unit_frame(runs)  # figures' error bars over the same units as the intervals
     summary["effective_config"] = {m: r.get("effective_config") for m, r in results.items()}

@@ -130,8 +130,8 @@ def run_tags(params: LabParams, *, mode: str | None, engine_version: str | None 
         tags["mode"] = mode
     # timing modelled/measured, weights emulated/random/real, acceptance emulated/simulated/real
     tags.update({k: v for k, v in provenance(params, mode if mode in params.modes else None).items() if k != "engine"})
-    if engine_for(params).modelled:  # timings from a cost profile: which one
-        tags["emulator_profile"] = params.emulator.profile
+    if (profile := engine_for(params).cost_profile(params)) is not None:  # timings from a cost profile: which one
+        tags["emulator_profile"] = profile
     if os.environ.get("DVC_EXP_NAME"):
         tags["dvc_exp_name"] = os.environ["DVC_EXP_NAME"]
     if os.environ.get("SLURM_JOB_ID"):  # a fleet job (lab/fleet): which job produced the run

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lab.analysis.launches import LAUNCH_SPREAD_PRIORS, NO_LAUNCH_SPREAD, Spread, prior_spread, welch_speedup, withhold
+from lab.analysis.launches import NO_LAUNCH_SPREAD, Spread, prior_spread, welch_speedup, withhold
 from lab.analysis.estimates import Ratio
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +83,10 @@ def test_withhold_and_prior():
     assert prior_spread("emulator", "kimi_k25_tp8_pcie") == Spread(0.022, 14)
     assert prior_spread("emulator", "lab/emulator/profiles/fast.json") == Spread(0.08, 28)
     assert prior_spread("sglang", "kimi_k25_tp8_pcie") is None and prior_spread("emulator", "edited") is None
-    assert all(engine == "emulator" and 0 < cv < 1 and n >= 2 and "docs/measurement.md" in src
-               for (engine, _), (cv, n, src) in LAUNCH_SPREAD_PRIORS.items())
+    from lab.engine.registry import engine_named, engine_names
+
+    priors = {(e, prof): v for e in engine_names() for prof, v in engine_named(e).launch_spread_priors.items()}
+    assert priors and all(engine_named(engine).modelled and 0 < cv < 1 and n >= 2 and "docs/measurement.md" in src
+               for (engine, _), (cv, n, src) in priors.items())
     # every profile named there exists
-    assert all((ROOT / "lab" / "emulator" / "profiles" / f"{name}.json").is_file() for _, name in LAUNCH_SPREAD_PRIORS)
+    assert all((ROOT / "lab" / "emulator" / "profiles" / f"{name}.json").is_file() for _, name in priors)

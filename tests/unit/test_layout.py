@@ -234,14 +234,108 @@ def test_core_stages_stay_out_of_the_wings(entry):
     assert not wings, f"{entry} reaches {wings}: keep wings out of the core, or update docs/architecture.md"
 
 
-def test_engine_names_are_compared_only_in_the_registry():
-    """One seam per engine (issue 20): what an engine is (modelled, records ground truth, holds
-    GPUs) is asked of :mod:`lab.engine.registry`, never by comparing its name elsewhere."""
-    import re
+def engine_name_uses(source: str, names: set[str]) -> list[tuple[int, str]]:
+    """``(line, form)`` of every place ``source`` asks which engine it is by name rather than
+    asking the engine (:mod:`lab.engine.registry`), read with :mod:`ast`:
 
+    - a comparison (``==``, ``!=``, ``in``, ``not in``, ``is``) with an engine or engine-section
+      name in ``names`` on either side, alone or in a tuple/list/set (``params_section ==
+      "emulator"``, ``"emulator" in engines``, ``engine in ("emulator", "sglang")``);
+    - a comparison of something that names an engine (``.engine``, ``.params_section``, a variable
+      ``engine``/``eng``/``engine_name``, ``x.get("engine")``, ``x["engine"]``) with any string;
+    - a ``match`` case on such a name; a dict keyed by a tuple holding one (``("emulator", profile)``);
+      ``choices=[...]`` or ``Literal[...]`` listing one;
+    - the registry's table itself (``ENGINES``) read outside ``lab/engine/``.
+    """
+    tree = ast.parse(source)
+    found: list[tuple[int, str]] = []
+
+    def named(node) -> bool:  # a str constant that is an engine or section name, or a collection of them
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value in names
+        return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(named(e) for e in node.elts)
+
+    def names_engine(node) -> bool:
+        if isinstance(node, ast.Attribute):
+            return node.attr in ("engine", "params_section")
+        if isinstance(node, ast.Name):
+            return node.id in ("engine", "eng", "engine_name", "params_section")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            return bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == "engine"
+        if isinstance(node, ast.Subscript):
+            return isinstance(node.slice, ast.Constant) and node.slice.value == "engine"
+        return False
+
+    def is_str(node) -> bool:
+        return (isinstance(node, ast.Constant) and isinstance(node.value, str)) or (
+            isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(is_str(e) for e in node.elts))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            ops = [node.left, *node.comparators]
+            if any(named(o) for o in ops) or (any(names_engine(o) for o in ops) and any(is_str(o) for o in ops)):
+                found.append((node.lineno, "comparison"))
+        elif isinstance(node, ast.match_case) and isinstance(node.pattern, ast.MatchValue) and named(node.pattern.value):
+            found.append((node.pattern.lineno, "match case"))
+        elif isinstance(node, ast.Dict) and any(isinstance(k, ast.Tuple) and named(k) for k in node.keys if k):
+            found.append((node.lineno, "dict keyed by engine name"))
+        elif isinstance(node, ast.keyword) and node.arg == "choices" and named(node.value):
+            found.append((node.value.lineno, "choices"))
+        elif (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "Literal"
+              and named(node.slice)):
+            found.append((node.lineno, "Literal"))
+        elif isinstance(node, ast.Name) and node.id == "ENGINES":
+            found.append((node.lineno, "registry table"))
+        elif isinstance(node, ast.alias) and node.name == "ENGINES":
+            found.append((getattr(node, "lineno", 0), "registry table"))
+    return sorted(set(found))
+
+
+def _engine_and_section_names() -> set[str]:
+    from lab.engine.registry import engine_named, engine_names
+
+    return set(engine_names()) | {s for n in engine_names() if (s := engine_named(n).params_section)}
+
+
+#: Every form in which code outside lab/engine/ compared engine names before issue 31 (the
+#: lines as they were, file:line of commit fe5e855); each must be found.
+OLD_FORMS = {
+    "lab/inputs.py:42": 'if engine_for(params).params_section == "emulator":\n    pass',
+    "lab/engine/command.py:185": 'if engine_for(params).params_section == "emulator":\n    pass',
+    "lab/engine/ports.py:59": 'if port_is_explicit(params.server) or engine_for(params).params_section != "emulator":\n    pass',
+    "lab/analysis/provenance.py:57": 'if engine in ENGINES and ENGINES[engine].modelled:\n    pass',
+    "lab/analysis/provenance.py:100": 'if p.get("engine") == "emulator":\n    pass',
+    "lab/analysis/comparison.py:168": 'if "emulator" in engines:\n    pass',
+    "lab/calibrate/prediction_report.py:92": 'what = "E" if "emulator" in eng else f"{eng} measurements"',
+    "lab/analysis/sentinel.py:117": 'gpu = "none" if getattr(ENGINES.get(engine), "modelled", False) else gpu_model()',
+    "lab/analysis/launches.py:96": 'P = {("emulator", "kimi_k25_tp8_pcie"): (0.022, 14, "s")}',
+    "lab/cli.py:337": 'p_doc.add_argument("--engine", choices=["emulator", "sglang"], default=None)',
+    "lab/config/schema.py:386": 'class LabParams:\n    engine: Literal["emulator", "sglang"] = "emulator"',
+    "issue 20's regex": 'if params.engine == "sglang":\n    pass',
+    "a tuple": 'if cmd.engine in ("emulator", "sglang"):\n    pass',
+    "a match": 'match engine:\n    case "sglang":\n        pass',
+    "a new engine's name": 'if engine != "vllm":\n    pass',
+}
+
+
+def test_engine_name_reader_finds_every_old_form():
+    """The reader below is not blind: it finds each form the lab used before engines were
+    classes (issue 31 lists them), and passes a line that only sets or prints a name."""
+    names = _engine_and_section_names() | {"vllm"}
+    missed = [where for where, line in OLD_FORMS.items() if not engine_name_uses(line, names)]
+    assert not missed, missed
+    fine = 'upd = {"engine": "emulator"}\nprint(f"engine {name}")\nx = manifest["sglang"]\nok = "none (emulator)"'
+    assert engine_name_uses(fine, names) == []
+
+
+def test_engine_names_are_compared_only_in_the_engines():
+    """One seam per engine (issues 20, 31): what an engine is (modelled, records ground truth,
+    holds GPUs, its params section, its launch, its preflight...) is asked of the engine
+    (:mod:`lab.engine.registry`), never by comparing its name or its section's name outside
+    ``lab/engine/``, in any form :func:`engine_name_uses` reads."""
     root = Path(__file__).resolve().parents[2] / "lab"
-    pattern = re.compile(r"""engine\s*[!=]=\s*["']|["'](emulator|sglang)["']\s*[!=]=\s*\S*engine""")
-    found = [f"{p.relative_to(root.parent)}:{n}: {line.strip()}"
-             for p in sorted(root.rglob("*.py")) if p.name != "registry.py"
-             for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    names = _engine_and_section_names()
+    found = [f"{p.relative_to(root.parent)}:{n}: {form}: {p.read_text().splitlines()[n - 1].strip()}"
+             for p in sorted(root.rglob("*.py")) if "engine" not in p.relative_to(root).parts[:1]
+             for n, form in engine_name_uses(p.read_text(), names)]
     assert not found, "\n".join(found)
