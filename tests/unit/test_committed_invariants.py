@@ -52,7 +52,12 @@ NO_ENGINE = {"docs/benchmarks/accuracy.json", "docs/benchmarks/client-capacity.j
              "reports/headline/eagle3_decode.json", "reports/headline/eagle3_prefill.json", "reports/summary.json",
              "results/physics/headline.json", "results/physics/metrics.json",
              "tests/fixtures/server_info_after.json", "tests/fixtures/server_info_before.json",
-             "tests/fixtures/server_info_eagle3_c1_after.json", "tests/fixtures/server_info_eagle3_c1_before.json"}
+             "tests/fixtures/server_info_eagle3_c1_after.json", "tests/fixtures/server_info_eagle3_c1_before.json",
+             # inputs, not results: SGLang's --speculative-adaptive-config format and the emulator's
+             # profile format, written by lab tune / lab calibrate beside tune.json and calibration.json,
+             # which name the engine
+             "docs/benchmarks/h200-sglang-0.5.16-tune/adaptive-config.json",
+             "docs/benchmarks/h200-sglang-0.5.16-tune/calibration/profile.json"}
 
 
 def _files() -> list[str]:
