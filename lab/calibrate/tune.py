@@ -416,7 +416,7 @@ def measured_report(tuning: Tuning, dirs: list[Path], *, engine_profile: str | N
         base = got["baseline"][0].get(key)
         if not base:
             continue
-        for mode, (tok, tiers) in got.items():
+        for mode, (tok, tiers) in sorted(got.items()):
             if mode == "baseline" or not tok.get(key):
                 continue
             r = withhold(median_ratio(base, tok[key]), prior)

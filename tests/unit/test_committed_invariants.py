@@ -57,7 +57,8 @@ NO_ENGINE = {"docs/benchmarks/accuracy.json", "docs/benchmarks/client-capacity.j
              # profile format, written by lab tune / lab calibrate beside tune.json and calibration.json,
              # which name the engine
              "docs/benchmarks/h200-sglang-0.5.16-tune/adaptive-config.json",
-             "docs/benchmarks/h200-sglang-0.5.16-tune/calibration/profile.json"}
+             "docs/benchmarks/h200-sglang-0.5.16-tune/calibration/profile.json",
+             "docs/benchmarks/emulator-tune/adaptive-config.json", "docs/benchmarks/emulator-tune/calibration/profile.json"}
 
 
 def _files() -> list[str]:
