@@ -8,12 +8,15 @@
 - :data:`PHYSICS_TINY` and :func:`numbers`: a small physics layer stack and "every number in a
   result" (a not-run result must carry none);
 - :func:`start_lab_ui`: ``lab ui`` on a temp store, up and answering (component and e2e
-  tests: it starts processes).
+  tests: it starts processes);
+- :func:`source_tree`: a source file's syntax tree, parsed once per run.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import functools
 import os
 import re
 import subprocess
@@ -150,3 +153,10 @@ def start_lab_ui(tmp_path: Path, setup=None) -> tuple[subprocess.Popen, int, int
     children = psutil.Process(proc.pid).children()
     assert len(children) == 1, children
     return proc, port, children[0].pid, url
+
+
+@functools.cache
+def source_tree(path: Path) -> ast.Module:
+    """``ast.parse`` of a Python source file, parsed once per test run: the layout, DVC-deps and
+    bad-input checks each walk every module of lab/ (0.6 s a full parse). Callers only read it."""
+    return ast.parse(Path(path).read_text(), filename=str(path))

@@ -45,9 +45,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from scipy import stats as _st
-
-from lab.analysis.stats import finite
+from lab.analysis.stats import finite, t_quantile, t_sf
 from lab.catalog import sentinel_metrics
 from lab.engine.registry import any_modelled
 
@@ -167,8 +165,8 @@ def launch_delta(current: float | None, history: Sequence[float | None], *, alph
     if scale == 0.0:
         p, half = (0.0 if delta != 0 else 1.0), 0.0
     else:
-        p = float(2.0 * _st.t.sf(abs(delta) / scale, df))
-        half = float(_st.t.ppf(1.0 - alpha / 2.0, df) * scale)
+        p = 2.0 * t_sf(abs(delta) / scale, df)
+        half = t_quantile(1.0 - alpha / 2.0, df) * scale
     out.update(delta_lo=-half, delta_hi=half, p_value=p)
     big = out["rel_delta"] is not None and abs(out["rel_delta"]) > min_effect
     out["outside_noise"] = bool(p < alpha and big)

@@ -57,7 +57,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats
+
+from lab.analysis.stats import t_quantile
 
 __all__ = ["LinearFit", "fit_linear", "VIF_LIMIT"]
 
@@ -138,7 +139,7 @@ class LinearFit:
         se, v = self.stderr(name), self.value(name)
         if se is None or v is None:
             return None
-        t = float(stats.t.ppf(0.975, self.dof))
+        t = t_quantile(0.975, self.dof)
         return v - t * se, v + t * se
 
     def estimable(self, x0: np.ndarray, rtol: float = 0.05) -> tuple[bool, list[str]]:
@@ -186,7 +187,7 @@ class LinearFit:
             return None
         x0 = np.asarray(x0, float)
         yhat = self.predict(x0)
-        half = float(stats.t.ppf(0.5 + level / 2, self.dof)) * math.sqrt(self.s2 * (1.0 + x0 @ self.xtx_inv @ x0))
+        half = t_quantile(0.5 + level / 2, self.dof) * math.sqrt(self.s2 * (1.0 + x0 @ self.xtx_inv @ x0))
         return yhat - half, yhat + half
 
     def draw(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -255,7 +256,7 @@ def fit_linear(X: np.ndarray, y: np.ndarray, names: list[str], rows: list[str] |
         t = _studentized(fit)
         if np.all(np.isnan(t)):
             break
-        crit = float(stats.t.ppf(1 - 0.05 / (2 * fit.n), fit.dof - 1))
+        crit = t_quantile(1 - 0.05 / (2 * fit.n), fit.dof - 1)
         pred = fit.X @ fit.coef
         far = np.abs(fit.y - pred) > 0.02 * np.abs(pred)
         t = np.where(far, t, np.nan)

@@ -229,11 +229,22 @@ class _DrawCosts:
         self.rec: dict[str, list] | None = {k: [] for k in cal.blocks} if record else None
         #: (batch, KV tokens of the batch / 1000) of every decode iteration, when recording
         self.iters: list[tuple[int, float]] | None = [] if record else None
+        self._by_batch: dict[tuple[str, int], float] = {}
 
     def _use(self, block: str, x: np.ndarray) -> float:
         if self.rec is not None:
             self.rec[block].append(x)
         return float(x @ self.b[block]) + self.e.get(block, 0.0)
+
+    def _use_per_batch(self, block: str, batch: int, row) -> float:
+        """:meth:`_use` of a row that depends on the batch only (``row()`` builds it): computed once
+        per batch size in this draw, the same product each time; every row is kept when recording."""
+        if self.rec is not None:
+            return self._use(block, row())
+        v = self._by_batch.get((block, batch))
+        if v is None:
+            v = self._by_batch[(block, batch)] = self._use(block, row())
+        return v
 
     def prefill(self, new_tokens: int) -> float:
         """Wall time of a prefill iteration: device time (the draft model's too, under speculation)
@@ -253,16 +264,17 @@ class _DrawCosts:
         g = 1.0 if (batch <= self.gmax and self.vgraph) else 0.0
         v = self._use("verify", model.verify_x(self.cal.verify_columns, batch, kv_k, g, self.c.num_draft_tokens,
                                                self.cal.t_ref, self.var))
-        d = self._use("draft", model.draft_x(batch, self.c.num_steps))
+        d = self._use_per_batch("draft", batch, lambda: model.draft_x(batch, self.c.num_steps))
         if self.ext_graph:
-            d += self._use("draft_extend", model.draft_extend_x(batch))
+            d += self._use_per_batch("draft_extend", batch, lambda: model.draft_extend_x(batch))
         else:
-            d += self._use("extend", model.extend_x(0.0, 0.0, 1.0, batch - 1.0))
+            d += self._use_per_batch("extend", batch, lambda: model.extend_x(0.0, 0.0, 1.0, batch - 1.0))
         return v, d
 
     def overhead(self, batch: int) -> float:
         """Scheduling of one decode iteration (a speculative cycle's extra when speculative)."""
-        return self._use("overhead", model.overhead_x(batch, 1.0 if self.c.speculative else 0.0))
+        return self._use_per_batch("overhead", batch,
+                                   lambda: model.overhead_x(batch, 1.0 if self.c.speculative else 0.0))
 
 
 # ---------------------------------------------------------------- the workload of a point

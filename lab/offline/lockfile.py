@@ -10,6 +10,7 @@ markers for the *target* (e.g. CPython 3.12 on Linux x86-64, the GPU node), and 
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,11 +56,24 @@ def target_env(python: str = "3.12", machine: str = "x86_64") -> dict[str, str]:
             "sys_platform": "linux", "extra": ""}
 
 
+@functools.lru_cache(maxsize=1024)
+def _marker(marker: str):
+    """A parsed PEP 508 marker (uv.lock repeats a few dozen across thousands of edges)."""
+    from packaging.markers import Marker  # packaging: present wherever pip is
+    return Marker(marker)
+
+
 def _marker_ok(marker: str | None, env: dict[str, str]) -> bool:
     if not marker:
         return True
-    from packaging.markers import Marker  # packaging: present wherever pip is
-    return Marker(marker).evaluate(env)
+    return _marker(marker).evaluate(env)
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_lock(path: str, mtime_ns: int, size: int) -> dict:
+    """uv.lock parsed once per version of the file (``mtime_ns``, ``size``: a rewritten lock is
+    parsed again); callers only read it."""
+    return tomllib.loads(Path(path).read_text())
 
 
 def lock_closure(lock_path: str | Path, *, env: dict[str, str] | None = None, omit: tuple[str, ...] = (),
@@ -76,7 +90,8 @@ def lock_closure(lock_path: str | Path, *, env: dict[str, str] | None = None, om
     """
     path = Path(lock_path)
     try:
-        lock = tomllib.loads(path.read_text())
+        st = path.stat()
+        lock = _parsed_lock(str(path.resolve()), st.st_mtime_ns, st.st_size)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise LockError(f"cannot read {path}: {exc}. Fix: run from the project checkout (uv.lock is committed)") from exc
     env = env or target_env()

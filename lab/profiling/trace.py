@@ -34,6 +34,7 @@ scheduler's host time between forwards. Its GPU work is every GPU op that starts
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import re
@@ -241,14 +242,25 @@ def _host_gap_ms(ops: list[_Ev], start: float, launch_ts: dict[int, float]) -> f
     return gap / 1e3
 
 
+@functools.lru_cache(maxsize=8192)
+def _kernel_kind(name: str) -> tuple[bool, bool, str | None]:
+    """What :func:`_kernel_stats` asks of one kernel name, asked once per distinct name (a
+    trace repeats a few hundred names across tens of thousands of kernels):
+    ``(is an all-reduce, is an NCCL kernel, short attention-kernel name or None)``."""
+    nccl = bool(NCCL_RE.search(name))
+    allreduce = bool(ALLREDUCE_RE.search(name)) and (nccl or "reduce" in name.lower())
+    attention = short_kernel_name(name) if ATTENTION_RE.search(name) and not nccl else None
+    return allreduce, nccl, attention
+
+
 def _kernel_stats(ops: list[_Ev], launches: list[_Ev]) -> dict[str, Any]:
     kernels = [o for o in ops if o.cat == "kernel"]
-    ar = [k for k in kernels if ALLREDUCE_RE.search(k.name) and (NCCL_RE.search(k.name) or "reduce" in k.name.lower())]
-    nccl = [k for k in kernels if NCCL_RE.search(k.name)]
+    kinds = [_kernel_kind(k.name) for k in kernels]
+    ar = [k for k, (is_ar, _, _) in zip(kernels, kinds) if is_ar]
+    nccl = [k for k, (_, is_nccl, _) in zip(kernels, kinds) if is_nccl]
     attn: dict[str, int] = {}
-    for k in kernels:
-        if ATTENTION_RE.search(k.name) and not NCCL_RE.search(k.name):
-            n = short_kernel_name(k.name)
+    for _, _, n in kinds:
+        if n is not None:
             attn[n] = attn.get(n, 0) + 1
     return {
         "kernels": len(kernels),

@@ -11,6 +11,7 @@ import pytest
 from lab.config import ParamsError, load_params
 from lab.engine.process import exposure_warning
 from reliability_util import ROOT, params_file
+from shared import source_tree
 
 
 @pytest.mark.parametrize("mutate, words", [
@@ -43,7 +44,7 @@ def test_commands_are_argv_lists_never_shell_strings():
     import ast
 
     for path in (ROOT / "lab").rglob("*.py"):
-        tree = ast.parse(path.read_text())
+        tree = source_tree(path)
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 for kw in node.keywords:

@@ -17,6 +17,7 @@ lists only shrink.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import re
@@ -121,8 +122,10 @@ def _base(key: str) -> str:
     return name
 
 
+@functools.cache
 def violations(rel: str) -> dict[str, list[str]]:
-    """``{"goodput", "share", "zero_width", "engine", "definition"}`` -> the violations found in ``rel``."""
+    """``{"goodput", "share", "zero_width", "engine", "definition"}`` -> the violations found in ``rel``
+    (each committed file walked once per run: the checks below read its result, never change it)."""
     path = ROOT / rel
     data = _load(path)
     out: dict[str, list[str]] = {k: [] for k in ("goodput", "share", "zero_width", "engine", "definition")}

@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from shared import source_tree
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Files under lab/ that a stage reads as data (not imports): the emulator's cost profiles
@@ -98,7 +100,7 @@ def _module_imports(name: str) -> frozenset[str]:
     """:func:`_imports` of lab module ``name``'s source, parsed once per session (every stage's
     walk reads the same files)."""
     path = module_file(name)
-    return frozenset(_imports(ast.parse(path.read_text(), filename=str(path)), name, path.name == "__init__.py"))
+    return frozenset(_imports(source_tree(path), name, path.name == "__init__.py"))
 
 
 def _stages() -> dict[str, dict]:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from shared import source_tree
+
 LAB = Path(__file__).resolve().parents[2] / "lab"
 
 
@@ -44,7 +46,7 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for mod, (path, is_pkg) in mods.items():
         package = mod if is_pkg else mod.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(source_tree(path)):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -172,7 +174,7 @@ def test_no_two_modules_share_a_name():
 
 def test_every_module_and_folder_opens_with_a_docstring():
     missing = [str(p.relative_to(LAB.parent)) for p, _ in _modules().values()
-               if not (ast.get_docstring(ast.parse(p.read_text())) or "").strip()]
+               if not (ast.get_docstring(source_tree(p)) or "").strip()]
     assert not missing, missing
 
 

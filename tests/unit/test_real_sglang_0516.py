@@ -24,6 +24,7 @@ Several checks tie two independent surfaces of the same server together (log lin
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import re
 from datetime import datetime
@@ -37,7 +38,7 @@ from lab.engine.surfaces import captured_graph_bs, surface_for
 from lab.engine.telemetry import energy_per_token_mj
 from lab.measure.client import StreamParser
 from lab.measure.decode_log import parse_decode_log, summarize_decode_log
-from lab.measure.prometheus import CUDA_GRAPH_PASSES, FORWARD_SECONDS, parse_prometheus, server_timing
+from lab.measure.prometheus import CUDA_GRAPH_PASSES, FORWARD_SECONDS, PromSnapshot, parse_prometheus, server_timing
 from lab.measure.records import measured_window_s, request_metrics, summarize_run
 from lab.measure.server_info import step_time_ms
 
@@ -69,6 +70,13 @@ _TS = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 
 def _read(folder: str, name: str) -> str:
     return (FX / folder / name).read_text()
+
+
+@functools.cache
+def _snapshot(folder: str, name: str) -> PromSnapshot:
+    """:func:`parse_prometheus` of a capture's scrape, parsed once per run (prometheus_client's
+    parser takes ~0.1 s a scrape; read-only afterwards)."""
+    return parse_prometheus(_read(folder, name))
 
 
 def _json(folder: str, name: str):
@@ -104,7 +112,7 @@ def test_metric_names_labels_and_values_as_0516_emits_them(folder):
     spec, graphs = CAPTURES[folder]
     for name in ("metrics.before.txt", "metrics.after.txt"):
         text = _read(folder, name)
-        snap = parse_prometheus(text)
+        snap = _snapshot(folder, name)
         assert FORWARD_SECONDS in snap and CUDA_GRAPH_PASSES in snap, (folder, name)
         for metric, key in ((FORWARD_SECONDS, "category"), (CUDA_GRAPH_PASSES, "mode")):
             rows = _raw_samples(text, metric)
@@ -113,7 +121,7 @@ def test_metric_names_labels_and_values_as_0516_emits_them(folder):
                 assert set(labels) == RANK_LABELS | {key}, (folder, metric, labels)
                 assert (labels["engine_type"], labels["tp_rank"], labels["pp_rank"], labels["moe_ep_rank"]) == (
                     "unified", "0", "0", "0"), labels
-    after = parse_prometheus(_read(folder, "metrics.after.txt"))
+    after = _snapshot(folder, "metrics.after.txt")
     cats = set(after.label_values(FORWARD_SECONDS, "category"))
     modes = set(after.label_values(CUDA_GRAPH_PASSES, "mode"))
     if spec and graphs:  # verify, draft and draft-extend all graph-captured (triton)
@@ -130,7 +138,7 @@ def test_metric_names_labels_and_values_as_0516_emits_them(folder):
 def test_server_timing_over_the_whole_capture(folder):
     spec, graphs = CAPTURES[folder]
     before, after = _read(folder, "metrics.before.txt"), _read(folder, "metrics.after.txt")
-    st = server_timing(before, after)
+    st = server_timing(_snapshot(folder, "metrics.before.txt"), _snapshot(folder, "metrics.after.txt"))
 
     def delta(name, **lab):
         return _raw_sum(after, name, **lab) - _raw_sum(before, name, **lab)
@@ -158,12 +166,12 @@ def test_server_timing_over_the_whole_capture(folder):
 def test_eager_costs_more_than_graphs_on_the_same_model():
     """kshard eager: a 3-token verify forward costs more than a 1-token decode step (same
     61-layer model, same eager path); the tiny model's graph verify is under a millisecond."""
-    eager_verify = server_timing(_read("kshard/eagle3_decode_eager", "metrics.before.txt"),
-                                 _read("kshard/eagle3_decode_eager", "metrics.after.txt"))["verify_ms"]
-    eager_decode = server_timing(_read("kshard/baseline_eager", "metrics.before.txt"),
-                                 _read("kshard/baseline_eager", "metrics.after.txt"))["decode_ms"]
-    graph_verify = server_timing(_read("tiny/eagle3_decode", "metrics.before.txt"),
-                                 _read("tiny/eagle3_decode", "metrics.after.txt"))["verify_ms"]
+    eager_verify = server_timing(_snapshot("kshard/eagle3_decode_eager", "metrics.before.txt"),
+                                 _snapshot("kshard/eagle3_decode_eager", "metrics.after.txt"))["verify_ms"]
+    eager_decode = server_timing(_snapshot("kshard/baseline_eager", "metrics.before.txt"),
+                                 _snapshot("kshard/baseline_eager", "metrics.after.txt"))["decode_ms"]
+    graph_verify = server_timing(_snapshot("tiny/eagle3_decode", "metrics.before.txt"),
+                                 _snapshot("tiny/eagle3_decode", "metrics.after.txt"))["verify_ms"]
     assert eager_verify > eager_decode > 10 * graph_verify
 
 
@@ -213,7 +221,7 @@ def test_decode_lines_step_times_and_counters_agree(folder):
     assert {bs: len(v) for bs, v in steps.items()} == dict(collections.Counter(r["running_req"] for r in rows))
     raw = info_a["internal_states"][0]["step_time_dict"]
     assert steps == {int(k): pytest.approx([x * 1e3 for x in v], rel=1e-12) for k, v in raw.items()}
-    gpu = server_timing(_read(folder, "metrics.before.txt"), _read(folder, "metrics.after.txt"))["gpu_cycle_ms"]
+    gpu = server_timing(_snapshot(folder, "metrics.before.txt"), _snapshot(folder, "metrics.after.txt"))["gpu_cycle_ms"]
     median_step = sorted(steps[1])[len(steps[1]) // 2]
     assert median_step >= gpu  # wall time per iteration holds the GPU time of that iteration
 
@@ -471,7 +479,7 @@ def test_window_json_is_reproduced_from_requests_and_server_readout(folder):
             starts = [i for i in range(len(whole) - len(vals) + 1) if whole[i:i + len(vals)] == pytest.approx(vals)]
             assert starts, (folder, level, bs)  # a contiguous run of step_time_dict[bs]
         assert srv["log_decode_lines"] == sum(len(v) for v in srv["step_time_ms"].values())
-    total = server_timing(_read(folder, "metrics.before.txt"), _read(folder, "metrics.after.txt"))
+    total = server_timing(_snapshot(folder, "metrics.before.txt"), _snapshot(folder, "metrics.after.txt"))
     assert sum(w["decode_iterations"] for w in window.values()) < total["decode_iterations"]  # + warm-ups
 
 

@@ -4,6 +4,7 @@ Real emulator launches through MLflow are tests/component/test_sentinel_live.py.
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -29,8 +30,9 @@ def test_launch_delta_known_values():
     assert inside["outside_noise"] is False and inside["p_value"] > 0.01
 
 
+@functools.cache
 def _design():
-    """``benchmarks/sentinel_design.py`` as a module (benchmarks/ is not a package)."""
+    """``benchmarks/sentinel_design.py`` as a module (benchmarks/ is not a package), loaded once."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("sentinel_design", ROOT / "benchmarks" / "sentinel_design.py")
