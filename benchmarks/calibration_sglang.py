@@ -65,7 +65,7 @@ def g3(draws: int) -> tuple[dict, list, object]:
     params = load_params(ADAPTIVE_PARAMS)
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(ADAPTIVE) as tar:
-            tar.extractall(tmp, filter="data")
+            tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))  # Python < 3.11.4
         cap = Path(tmp) / "kshard-adaptive"
         t0 = time.monotonic()
         cal = calibrate([cap / m for m in G3_FIT])

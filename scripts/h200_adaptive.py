@@ -44,7 +44,7 @@ SCOPE = "within one launch"
 def extract(dest: Path, tarball: Path = TARBALL) -> Path:
     """Unpack ``tarball`` (one top folder holding ``<mode>/``) into ``dest``; returns that folder."""
     with tarfile.open(tarball) as t:
-        t.extractall(dest, filter="data")
+        t.extractall(dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))  # Python < 3.11.4: no filter
         top = {Path(n).parts[0] for n in t.getnames()}
     if len(top) != 1:
         raise ValueError(f"{tarball}: expected one top folder, found {sorted(top)}")

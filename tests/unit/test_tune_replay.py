@@ -28,7 +28,7 @@ def run(request, tmp_path_factory):
     tune_dir, tarball, top = RUNS[request.param]
     dest = tmp_path_factory.mktemp(request.param)
     with tarfile.open(ROOT / tarball) as t:
-        t.extractall(dest, filter="data")
+        t.extractall(dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))  # Python < 3.11.4: no filter
     return request.param, ROOT / tune_dir, dest / top
 
 
