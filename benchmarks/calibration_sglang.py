@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -64,9 +63,9 @@ def g3(draws: int) -> tuple[dict, list, object]:
 
     params = load_params(ADAPTIVE_PARAMS)
     with tempfile.TemporaryDirectory() as tmp:
-        with tarfile.open(ADAPTIVE) as tar:
-            tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))  # Python < 3.11.4
-        cap = Path(tmp) / "kshard-adaptive"
+        from lab.pipeline.capture import unpack
+
+        cap = unpack(ADAPTIVE, Path(tmp))
         t0 = time.monotonic()
         cal = calibrate([cap / m for m in G3_FIT])
         windows = {m: json.loads((cap / m / "window.json").read_text()) for m in G3_FIT + G3_HELD_OUT}

@@ -24,7 +24,6 @@ import argparse
 import json
 import statistics
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
@@ -42,13 +41,11 @@ SCOPE = "within one launch"
 
 
 def extract(dest: Path, tarball: Path = TARBALL) -> Path:
-    """Unpack ``tarball`` (one top folder holding ``<mode>/``) into ``dest``; returns that folder."""
-    with tarfile.open(tarball) as t:
-        t.extractall(dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))  # Python < 3.11.4: no filter
-        top = {Path(n).parts[0] for n in t.getnames()}
-    if len(top) != 1:
-        raise ValueError(f"{tarball}: expected one top folder, found {sorted(top)}")
-    return dest / top.pop()
+    """Unpack ``tarball`` (one top folder holding ``<mode>/``) into ``dest``; returns that folder
+    (:func:`lab.pipeline.capture.unpack`)."""
+    from lab.pipeline.capture import unpack
+
+    return unpack(tarball, dest)
 
 
 def launch_steps(launch: dict) -> int | None:

@@ -54,7 +54,7 @@ from lab.workload.dataset import workload
 from lab.workload.sources import load_bench_prompts
 from lab.engine.tokenizer import token_counter
 
-__all__ = ["capture_mode", "main"]
+__all__ = ["capture_mode", "main", "unpack"]
 
 
 def _raw_stream(base_url: str, text: str, max_new_tokens: int, timeout_s: float) -> bytes:
@@ -73,6 +73,24 @@ def _generate_json(base_url: str, text: str, max_new_tokens: int, timeout_s: flo
     req = urllib.request.Request(base_url + "/generate", data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:
         return json.loads(resp.read())
+
+
+def unpack(tarball: Path, dest: Path) -> Path:
+    """Unpack a committed capture archive (``.tar.xz``, one top folder holding ``<mode>/``, as
+    ``tar -cJf`` of ``lab capture --out``'s folder makes it) into ``dest``; returns that folder.
+    Python >= 3.11.4 extracts with ``filter="data"`` (no absolute paths, links out of ``dest`` or
+    device files); older 3.11 (Debian 12's 3.11.2) has no filter argument.
+
+    :raises ValueError: the archive holds more than one top folder, or none.
+    """
+    import tarfile
+
+    with tarfile.open(tarball) as t:
+        t.extractall(dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        top = {Path(n).parts[0] for n in t.getnames()}
+    if len(top) != 1:
+        raise ValueError(f"{tarball}: expected one top folder, found {sorted(top)}")
+    return Path(dest) / top.pop()
 
 
 def window_key(concurrency: int, context_tokens: int) -> str:

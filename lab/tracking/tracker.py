@@ -47,6 +47,11 @@ def _same_uri(env: str, uri: str) -> bool:
     return env.rstrip("/") == uri.rstrip("/")
 
 
+def _no_such_run(exc: Exception) -> bool:
+    """Whether an MLflow client error says the run does not exist (``RESOURCE_DOES_NOT_EXIST``)."""
+    return "RESOURCE_DOES_NOT_EXIST" in str(getattr(exc, "error_code", "")) or "not found" in str(exc).lower()
+
+
 def tracking_uri(params: LabParams, root: Path | None = None) -> str:
     """params.yaml's tracking URI, resolved (:meth:`lab.config.MlflowParams.resolved_tracking_uri`).
 
@@ -174,7 +179,7 @@ class Tracker:
         try:
             run = self.client.get_run(run_id)
         except Exception as exc:
-            if "RESOURCE_DOES_NOT_EXIST" in str(getattr(exc, "error_code", "")) or "not found" in str(exc).lower():
+            if _no_such_run(exc):
                 return None
             raise self._wrap("get run", exc) from exc
         return run.info.status, dict(run.data.tags)
@@ -195,12 +200,9 @@ class Tracker:
             return fleet_parent()
         run_id = self.known_parent()
         if run_id:
-            try:
-                run = self.client.get_run(run_id)
-                if run.info.lifecycle_stage == "active" and run.data.tags.get("pipeline_key") == self.key:
-                    return run_id
-            except Exception:  # deleted run or another database: make a new parent
-                pass
+            run = self._get_parent(run_id)
+            if run is not None and run.info.lifecycle_stage == "active" and run.data.tags.get("pipeline_key") == self.key:
+                return run_id
         exp = os.environ.get("DVC_EXP_NAME")
         label = f"exp {exp}" if exp else f"git {git_commit(self.root)[:8]}"
         name = f"pipeline | {self.engine} | {label}"
@@ -213,6 +215,25 @@ class Tracker:
             raise self._wrap("create the pipeline's parent run", exc) from exc
         remember_parent(self.root, self.key, run.info.run_id)
         return run.info.run_id
+
+    def _get_parent(self, run_id: str, attempts: int = 4):
+        """The recorded parent run, or None when the store has no such run (deleted, another
+        database). Any other failure (a busy SQLite store: ``database is locked``) is retried
+        ``attempts`` times, 1, 2, 4 s apart, before it raises: a transient failure must not make
+        a second parent, splitting one ``dvc repro`` across two pipeline runs.
+
+        :raises TrackingError: the store kept failing.
+        """
+        for attempt in range(attempts):
+            try:
+                return self.client.get_run(run_id)
+            except Exception as exc:
+                if _no_such_run(exc):
+                    return None
+                if attempt == attempts - 1:
+                    raise self._wrap("get the pipeline's parent run", exc) from exc
+                time.sleep(2 ** attempt)
+        return None
 
     def finish_parent(self, metrics: Mapping[str, float], tags: Mapping[str, str], n_modes: int) -> None:
         """Copy the headline metrics and tags onto this invocation's parent, add the mode

@@ -143,7 +143,8 @@ def test_mlflow_holds_mode_runs_and_comparison(repo):
     compare = [r for r in runs if r.info.run_name.startswith("compare")]
     assert len(compare) == 1
     parent = compare[0].data.tags["mlflow.parentRunId"]  # one pipeline run holds every stage's run
-    assert {r.data.tags.get("mlflow.parentRunId") for r in [*by_mode.values(), physics[0]]} == {parent}
+    by_parent = {r.info.run_name: r.data.tags.get("mlflow.parentRunId") for r in [*by_mode.values(), physics[0]]}
+    assert set(by_parent.values()) == {parent}, (parent, by_parent)
     figs = {a.path for a in client.list_artifacts(compare[0].info.run_id, "figures")}
     assert "figures/speedup.png" in figs
     # issue 11: nothing left RUNNING; artifacts beside the database; intervals and warnings on
