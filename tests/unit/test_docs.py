@@ -76,3 +76,42 @@ def test_there_is_one_quoted_answer_and_it_is_the_committed_one():
     for line in block.splitlines():
         if line.strip() != "...":
             assert line in shown, f"README quotes a line lab summary does not print: {line!r}"
+
+
+def _md_tables(text: str) -> list[list[dict[str, str]]]:
+    """The Markdown tables of ``text`` whose header starts ``| mode | point |``, as rows of
+    ``{header: cell}``."""
+    tables, lines = [], text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("| mode | point |") and i + 1 < len(lines) and lines[i + 1].startswith("| ---"):
+            head = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows = []
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                rows.append(dict(zip(head, (c.strip() for c in row.strip().strip("|").split("|")))))
+            tables.append(rows)
+    return tables
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/default-run.md"])
+def test_the_default_run_tables_are_lab_summarys_on_the_committed_reports(page):
+    """The first ``| mode | point |`` table of README and of docs/default-run.md (the default run's;
+    later tables there come from other, named runs) shows cells of `lab summary`'s table on the
+    committed `reports/` (the same columns by header, any subset of rows and columns), so the numbers
+    quoted are the committed run's and change with it."""
+    from lab.report.tables import read_summary_rows, summary_markdown
+    import json
+
+    comp = json.loads((ROOT / "reports" / "comparison.json").read_text())
+    [summary] = _md_tables(summary_markdown(read_summary_rows(ROOT / "reports" / "summary.csv"), comp.get("baseline")))
+    by_point = {(r["mode"], r["point"]): r for r in summary}
+    tables = _md_tables((ROOT / page).read_text())
+    assert tables, f"{page}: no default-run table"
+    for table in tables[:1]:
+        for row in table:
+            got = by_point.get((row["mode"], row["point"]))
+            assert got is not None, f"{page}: {row['mode']} {row['point']} is not a point of the committed run"
+            for col, cell in row.items():
+                assert col in got, f"{page}: column {col!r} is not one of lab summary's"
+                assert cell == got[col], f"{page}: {row['mode']} {row['point']} {col}: {cell!r}, lab summary prints {got[col]!r}"
