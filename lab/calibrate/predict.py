@@ -62,7 +62,7 @@ from lab.calibrate.fit import Calibration
 from lab.calibrate.observe import config_key
 from lab.calibrate.simulate import SimRequest, chain_sampler, simulate_run, simulated_sampler
 
-__all__ = ["Candidate", "PredictPoint", "Workload", "Prediction", "candidates_from_params", "points_from_bench",
+__all__ = ["percentile_interval", "Candidate", "PredictPoint", "Workload", "Prediction", "candidates_from_params", "points_from_bench",
            "workload_from_params", "predict", "METRICS"]
 
 #: Predicted metrics (names as in result.json ``levels``), then the speedup of decode tok/s over the baseline.
@@ -442,7 +442,10 @@ def _arrivals(point: PredictPoint, wl: Workload, rep: int, n: int) -> list[float
 
 # ---------------------------------------------------------------- predict
 
-def _interval(values: list[float]) -> dict[str, float | None]:
+def percentile_interval(values: list[float]) -> dict[str, float | None]:
+    """The median and the central 95 % of posterior draws: ``{"pred", "lo", "hi"}`` (2.5th, 50th and
+    97.5th percentiles, :func:`numpy.percentile`'s linear rule); None values and non-finite draws are
+    left out; all three None when no draw is left."""
     vals = [v for v in values if v is not None and math.isfinite(v)]
     if not vals:
         return {"pred": None, "lo": None, "hi": None}
@@ -574,14 +577,14 @@ def predict(cal: Calibration, candidates: list[Candidate], points: list[PredictP
             else:
                 pred.notes.append("the interval leaves out launch-to-launch noise (none known for this engine: "
                                   "measure it with `lab launches 3`)")
-            pred.metrics = {m: _interval(samples[m]) for m in METRICS if any(v is not None for v in samples[m])}
+            pred.metrics = {m: percentile_interval(samples[m]) for m in METRICS if any(v is not None for v in samples[m])}
             if not cand.speculative:
                 base_samples[point.key] = samples["decode_tok_s"]
             else:
                 base = base_samples.get(point.key)
                 if base:
                     ratios = [a / b for a, b in zip(samples["decode_tok_s"], base) if a and b]
-                    pred.metrics["speedup_decode_tok_s"] = _interval(ratios)
+                    pred.metrics["speedup_decode_tok_s"] = percentile_interval(ratios)
                     pred.p_win = sum(1 for r in ratios if r > 1.0) / len(ratios) if ratios else None
                     samples["speedup_decode_tok_s"] = ratios
                 else:

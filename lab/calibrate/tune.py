@@ -53,7 +53,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lab.calibrate.fit import Calibration
-from lab.calibrate.predict import Candidate, Prediction, PredictPoint, predict, workload_from_params
+from lab.calibrate.predict import (Candidate, Prediction, PredictPoint, percentile_interval, predict,
+                                   workload_from_params)
 
 if TYPE_CHECKING:
     from lab.analysis.estimates import Ratio
@@ -191,12 +192,6 @@ def _ratios(pred: Prediction, base: Prediction, objective: str) -> list[float]:
     return [x / y for x, y in zip(a, b) if x and y]
 
 
-def _iv(vals: list[float]) -> dict[str, float | None]:
-    from lab.calibrate.predict import _interval
-
-    return _interval(vals)
-
-
 def tune(cal: Calibration, params, *, calibration_path: str = "", concurrency: list[int] | None = None,
          context_tokens: list[int] | None = None, max_steps: int = 7, objective: str = "decode_tok_s",
          draws: int = 100, seed: int = 0, capture_requests: int | None = None, log=None) -> Tuning:
@@ -242,7 +237,7 @@ def tune(cal: Calibration, params, *, calibration_path: str = "", concurrency: l
             out.append(TunePoint(pt, "undetermined", None, None, {"pred": None, "lo": None, "hi": None}, None, None,
                                  [], refused, f"nothing to choose from: {why}"))
             continue
-        ivs = {s: _iv(r) for s, r in ratios.items()}
+        ivs = {s: percentile_interval(r) for s, r in ratios.items()}
         ranked = sorted(ivs.items(), key=lambda kv: -(kv[1]["pred"] or -math.inf))
         best = ranked[0][0]
         n = min(len(r) for r in ratios.values())
