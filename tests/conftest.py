@@ -136,6 +136,17 @@ _NODEPS_FIXTURES = {"sglang_nodeps": (SGLANG_VERSION,), "sglang_nodeps_0516": ("
                     "sglang_nodeps_each": SGLANG_VERSIONS}
 
 
+E2E = Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under ``tests/e2e/`` is in the ``slow`` tier (pyproject's markers: README's test
+    command runs ``-m "not slow"``, .ci/run then ``-m slow``)."""
+    for item in items:
+        if E2E in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_collection_finish(session):
     """Install the SGLang-without-dependencies folders the collected tests need before any test
     runs: on a fresh clone the first install is a ``uv pip install`` subprocess, which the unit

@@ -30,7 +30,7 @@ def _alive(p) -> bool:
         return False
 
 
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", ["SIGTERM", pytest.param("SIGINT", marks=pytest.mark.slow)])  # ~35 s each
 def test_lab_ui_stops_its_whole_process_group_on_a_signal(tmp_path, sig):
     """The signal goes to `lab ui` alone (a service manager's SIGTERM, a kill): the MLflow
     server it started (its own process group, about 10 processes: server and workers) must

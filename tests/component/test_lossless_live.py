@@ -44,6 +44,7 @@ def test_emulator_streams_the_same_ids_cumulative_or_incremental(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # ~30 s on 2 cores
 def test_emulator_modes_agree_and_the_check_catches_the_diverge_fault(tmp_path):
     """Real emulator launches through run_mode, then the compare stage: baseline and
     eagle3_decode agree 100 %, with no looping-output flag; a launch with ``diverge-at=3,

@@ -22,7 +22,7 @@ import yaml
 
 from scratch import dvc_env, scratch_repo
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]  # ~60 s on 2 cores: the slow tier
 
 
 def _runs(repo: Path) -> list:

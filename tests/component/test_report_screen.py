@@ -15,7 +15,7 @@ import html
 
 import pytest
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # Chromium, a pipeline run: the slow tier
 
 WINDOW = (1280, 1000)
 
