@@ -156,24 +156,48 @@ class Tuning:
                 "points": [p.to_dict() for p in self.points], "predictions": [p.to_dict() for p in self.predictions]}
 
 
-def _template(params) -> dict[str, Any]:
-    """The first EAGLE-3 mode of ``params.modes`` as the candidates' template (attention mode,
+def _template(params, mode: str) -> dict[str, Any]:
+    """EAGLE-3 mode ``mode`` of ``params.modes`` as the candidates' template (attention mode,
     backends, simulated acceptance, extra_args without adaptive flags).
 
-    :raises ValueError: params.yaml has no speculative mode to copy.
+    :raises ValueError: no such mode, or it does not speculate (the message lists those that do).
     """
-    for name, mode in params.modes.items():
-        if mode.algorithm:
-            d = mode.model_dump(exclude_none=True)
-            extra = [a for a in d.get("extra_args") or [] if not str(a).startswith("--speculative-adaptive")]
-            if "--speculative-adaptive-config" in (d.get("extra_args") or []):  # drop the flag's value too
-                i = d["extra_args"].index("--speculative-adaptive-config")
-                extra = [a for j, a in enumerate(d["extra_args"]) if j not in (i, i + 1) and a != "--speculative-adaptive"]
-            d["extra_args"] = extra
-            d["eagle_topk"] = 1
-            return {"from_mode": name, **d}
-    raise ValueError("params has no speculative mode (algorithm: EAGLE3) whose attention mode, backends and "
-                     "acceptance the candidates could copy. Fix: add one to modes:, or pass --params with one")
+    m = params.modes.get(mode)
+    if m is None or not m.algorithm:
+        raise ValueError(f"mode {mode!r}: {'not in modes:' if m is None else 'does not speculate'}. Fix: pass "
+                         f"--mode with one of {', '.join(speculative_modes(params)) or '(none: add an EAGLE3 mode)'}")
+    d = m.model_dump(exclude_none=True)
+    extra = [a for a in d.get("extra_args") or [] if not str(a).startswith("--speculative-adaptive")]
+    if "--speculative-adaptive-config" in (d.get("extra_args") or []):  # drop the flag's value too
+        i = d["extra_args"].index("--speculative-adaptive-config")
+        extra = [a for j, a in enumerate(d["extra_args"]) if j not in (i, i + 1) and a != "--speculative-adaptive"]
+    d["extra_args"] = extra
+    d["eagle_topk"] = 1
+    return {"from_mode": mode, **d}
+
+
+#: The template fields that make two speculative modes different candidate families (a launch
+#: flag each: SGLang's adaptive tiers change num_steps only, never these).
+TEMPLATE_KEYS = ("attention_mode", "prefill_attention_backend", "decode_attention_backend", "simulate_accept_length")
+
+
+def speculative_modes(params) -> list[str]:
+    """Names of ``params.modes`` that speculate, one per distinct :data:`TEMPLATE_KEYS` set (the
+    first of each), in params order."""
+    seen, out = set(), []
+    for name, m in params.modes.items():
+        if m.algorithm:
+            key = tuple(getattr(m, k, None) or (("prefill" if k == "attention_mode" else None)) for k in TEMPLATE_KEYS)
+            if key not in seen:
+                seen.add(key)
+                out.append(name)
+    return out
+
+
+def _score(t: "Tuning") -> float:
+    """Mean log predicted speedup of each point's best num_steps (-inf when no point is determined)."""
+    logs = [math.log(p.speedup["pred"]) for p in t.points if p.speedup.get("pred")]
+    return sum(logs) / len(logs) if logs else -math.inf
 
 
 def _candidate(t: dict[str, Any], steps: int) -> Candidate:
@@ -194,8 +218,14 @@ def _ratios(pred: Prediction, base: Prediction, objective: str) -> list[float]:
 
 def tune(cal: Calibration, params, *, calibration_path: str = "", concurrency: list[int] | None = None,
          context_tokens: list[int] | None = None, max_steps: int = 7, objective: str = "decode_tok_s",
-         draws: int = 100, seed: int = 0, capture_requests: int | None = None, log=None) -> Tuning:
+         draws: int = 100, seed: int = 0, capture_requests: int | None = None, mode: str | None = None,
+         log=None) -> Tuning:
     """Recommend ``num_steps`` per closed-loop point (module docstring).
+
+    The candidates copy one speculative mode (``mode``). Without ``mode``, each distinct speculative
+    mode of ``params`` (:func:`speculative_modes`: attention mode, backends, simulated acceptance; a
+    launch each) is tuned and the one whose chosen num_steps predict the highest mean log speedup
+    over the points is returned, with a note giving every mode's figure.
 
     :param cal: a calibration (:meth:`lab.calibrate.fit.Calibration.load`).
     :param params: :class:`lab.config.LabParams` (bench workload, server limits, the template mode).
@@ -206,15 +236,35 @@ def tune(cal: Calibration, params, *, calibration_path: str = "", concurrency: l
     :param capture_requests: predict what ``lab capture --requests N`` measures (one window of
         ``max(N, 2 x concurrency)`` requests per point) instead of the bench stage's workload
         (:attr:`lab.calibrate.predict.Workload.capture_requests`).
-    :raises ValueError: an unknown objective, ``max_steps`` < 1, or no speculative template mode.
+    :param mode: the speculative mode the candidates copy (default: the best, above).
+    :raises ValueError: an unknown objective, ``max_steps`` < 1, no speculative mode, or ``mode`` not one.
     """
     from lab.calibrate.predict import points_from_bench
+
+    if mode is None:
+        names = speculative_modes(params)
+        if not names:
+            raise ValueError("params has no speculative mode (algorithm: EAGLE3) whose attention mode, backends and "
+                             "acceptance the candidates could copy. Fix: add one to modes:, or pass --params with one")
+        kw = dict(calibration_path=calibration_path, concurrency=concurrency, context_tokens=context_tokens,
+                  max_steps=max_steps, objective=objective, draws=draws, seed=seed, capture_requests=capture_requests,
+                  log=log)
+        each = {name: tune(cal, params, mode=name, **kw) for name in names}
+        if len(each) == 1:
+            return each[names[0]]
+        best = max(names, key=lambda n: _score(each[n]))
+        figures = ", ".join(f"{n} {math.exp(_score(each[n])):.2f}x" if _score(each[n]) > -math.inf else f"{n} undetermined"
+                            for n in names)
+        each[best].notes.insert(0, f"candidates copy mode {best}: of the speculative modes, its chosen num_steps "
+                                   f"predict the highest geometric-mean speedup over the points ({figures}); "
+                                   "--mode picks another")
+        return each[best]
 
     if objective not in OBJECTIVES:
         raise ValueError(f"objective {objective!r}: not one of {', '.join(OBJECTIVES)}")
     if max_steps < 1:
         raise ValueError(f"max_steps {max_steps}: must be >= 1 (num_steps 1 is the shallowest chain draft)")
-    t = _template(params)
+    t = _template(params, mode)
     upd: dict[str, Any] = {"request_rates": []}
     if context_tokens is not None:
         upd["context_tokens"] = sorted(set(int(c) for c in context_tokens))

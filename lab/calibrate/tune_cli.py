@@ -31,6 +31,9 @@ def add_tune_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration", type=Path, default=None,
                    help="calibration.json (default <repo>/reports/calibration/calibration.json)")
     p.add_argument("--params", default=None, help="params file (default <repo>/params.yaml): bench, server, a speculative mode")
+    p.add_argument("--mode", default=None,
+                   help="the speculative mode the candidates copy (attention mode, backends, acceptance); default: "
+                        "each distinct one is tuned and the best predicted is kept")
     p.add_argument("--concurrency", type=int, nargs="*", default=None, help="concurrency levels (default bench's)")
     p.add_argument("--context-tokens", type=int, nargs="*", default=None, help="context lengths (default bench's)")
     p.add_argument("--max-steps", type=int, default=7, help="deepest num_steps candidate (default 7)")
@@ -102,7 +105,7 @@ def tune_main(args: argparse.Namespace) -> int:
         params = load_params(args.params)
         tuning = tune(cal, params, calibration_path=_relative(Path(cal_path), root), concurrency=args.concurrency,
                       context_tokens=args.context_tokens, max_steps=args.max_steps, objective=args.objective,
-                      draws=args.draws, seed=args.seed, capture_requests=args.capture_requests,
+                      draws=args.draws, seed=args.seed, capture_requests=args.capture_requests, mode=args.mode,
                       log=lambda m: print(m, file=sys.stderr) if "c1 " in m else None)
         cfg, notes = adaptive_config(tuning, args.tier_context)
     except (FileNotFoundError, ValueError, ParamsError) as exc:

@@ -203,3 +203,37 @@ def test_bad_input_says_the_fix(monkeypatch, tmp_path, tuning):
         tune_mod.measured_report(tuning, [_capture(tmp_path, tune_mod.TUNED_MODE, {1: 130.0}, {1: 2})])
     with pytest.raises(ValueError, match="context 4096"):
         tune_mod.adaptive_config(tuning, 4096)
+
+
+def test_without_mode_each_attention_mode_is_tuned_and_the_better_one_kept(monkeypatch):
+    """The default params.yaml has eagle3_prefill (prefill-mode verify) first and eagle3_decode second;
+    the candidates used to copy the first speculative mode, so ``lab tune`` on the default run said
+    "no speculation" everywhere while its own answer had eagle3_decode faster. Now each distinct
+    speculative mode is tuned and the better predicted one kept (with a note naming both);
+    ``mode=`` picks one, and a mode that does not speculate is refused naming those that do."""
+    def fake(cal, cands, points, wl, *, draws, seed, log=None):
+        out = []
+        for cand in cands:
+            for pt in points:
+                if not cand.speculative:
+                    out.append(Prediction(cand, pt, "ok", {}, samples={"decode_tok_s": [100.0] * draws}))
+                    continue
+                mean = (1.10 if cand.attention_mode == "decode" else 0.70) + 0.01 * cand.num_steps
+                r = list(np.random.default_rng(seed + cand.num_steps).normal(mean, 0.01, draws))
+                out.append(Prediction(cand, pt, "ok", {}, samples={"speedup_decode_tok_s": r}))
+        return out
+
+    monkeypatch.setattr(tune_mod, "predict", fake)
+    params = load_params(ROOT / "params.yaml")
+    assert [n for n, m in params.modes.items() if m.algorithm][:2] == ["eagle3_prefill", "eagle3_decode"]
+    assert tune_mod.speculative_modes(params) == ["eagle3_prefill", "eagle3_decode"]
+    kw = dict(concurrency=[1, 8], context_tokens=[0], max_steps=3, draws=200)
+    best = tune_mod.tune(_Cal(), params, **kw)
+    assert best.template["from_mode"] == "eagle3_decode" and best.template["attention_mode"] == "decode"
+    assert all(p.verdict == "speculate" for p in best.points)
+    assert "candidates copy mode eagle3_decode" in best.notes[0] and "eagle3_prefill 0.7" in best.notes[0]
+    forced = tune_mod.tune(_Cal(), params, mode="eagle3_prefill", **kw)
+    assert forced.template["from_mode"] == "eagle3_prefill"
+    assert all(p.verdict == "no speculation" for p in forced.points)
+    with pytest.raises(ValueError, match=r"'baseline': does not speculate\. Fix: pass --mode with one of eagle3_prefill, eagle3_decode"):
+        tune_mod.tune(_Cal(), params, mode="baseline", **kw)
