@@ -39,7 +39,8 @@ measured baseline (:func:`median_ratio`: the ratio of medians the lab reports, a
 interval over requests, one launch;
 widened with the engine's documented launch spread where one is known,
 :func:`lab.analysis.launches.withhold`), beside the prediction; and the tuned tiers over SGLang's
-default tiers (``sglang_adaptive``) at every point.
+default tiers (``sglang_adaptive``) at every point, with a verdict word only where the lab's rule
+grants one (launches measured for the configuration; one launch per mode never does).
 """
 
 from __future__ import annotations
@@ -407,6 +408,10 @@ def _measured_tok_s(d: Path) -> tuple[str, dict[tuple[int, int], list[float]], d
     return str(mode), out, tiers
 
 
+#: The tuned-over-default column's word for each verdict of :func:`lab.analysis.stats.verdict`.
+VERSUS_WORDS = {"faster": "beats", "slower": "loses to", "not distinguishable": "not distinguishable from"}
+
+
 def median_ratio(base: list[float], other: list[float], *, seed: int = 0) -> "Ratio":
     """``median(other) / median(base)`` of per-request decode tok/s (the statistic the lab reports
     per point and :func:`lab.calibrate.simulate.simulate_run` predicts), with a 95 % percentile
@@ -448,7 +453,7 @@ def measured_report(tuning: Tuning, dirs: list[Path], *, engine_profile: str | N
         is not predicted), measured ratio / lo / hi / verdict, ``inside`` (measured in the interval).
     :raises ValueError: no baseline among ``dirs``.
     """
-    from lab.analysis.launches import WITHIN_ONE_LAUNCH, prior_spread, withhold
+    from lab.analysis.launches import prior_spread, withhold
 
     got = {m: (tok, tiers) for m, tok, tiers in (_measured_tok_s(Path(d)) for d in dirs)}
     if "baseline" not in got:
@@ -481,13 +486,14 @@ def measured_report(tuning: Tuning, dirs: list[Path], *, engine_profile: str | N
         a, b = got.get(TUNED_MODE, ({}, {}))[0].get(key), got.get(DEFAULT_TIERS_MODE, ({}, {}))[0].get(key)
         if a and b:
             r = withhold(median_ratio(b, a), prior)
-            ok = r.ci95_lo is not None and r.ci95_hi is not None and r.scope != WITHIN_ONE_LAUNCH
-            word = ("beats" if ok and r.ci95_lo > 1 else "loses to" if ok and r.ci95_hi < 1
-                    else "no verdict" if not ok else "not distinguishable from")
+            # the lab's one rule (lab.analysis.launches.withhold): one launch per mode gives no verdict
+            # word, whether or not a documented spread widened the interval
+            word = VERSUS_WORDS.get(r.verdict, "no verdict")
             versus.append({"point": p.point.key, "concurrency": key[0], "context_tokens": key[1],
                            "tuned_steps": got[TUNED_MODE][1].get(key), "default_steps": got[DEFAULT_TIERS_MODE][1].get(key),
                            "ratio": r.to_dict(), "word": word})
-    scope = (f"one launch per mode; intervals widened with the documented launch spread ({prior.cv:.1%} CV)" if prior
+    scope = (f"one launch per mode; intervals widened with the documented launch spread ({prior.cv:.1%} CV), "
+             "no verdict word (a documented spread is not one measured for this configuration)" if prior
              else "one launch per mode, within-launch intervals (requests as units): launch-to-launch noise not "
                   "included, so no verdict word")
     return {"rows": rows, "versus_default": versus, "scope": scope}

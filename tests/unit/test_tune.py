@@ -172,9 +172,10 @@ def test_measured_report_sets_measurements_beside_predictions(tuning, tmp_path):
     assert d1["served_steps"] == 3 and d1["inside"] is False  # 1.10 measured, 3 steps predicted ~1.25
     assert rows[(tune_mod.TUNED_MODE, 32)]["inside"] is True
     vs = {v["concurrency"]: v for v in rep["versus_default"]}
-    assert vs[1]["word"] == "beats" and vs[1]["ratio"]["ratio"] == pytest.approx(130 / 110, rel=0.01)
+    assert vs[1]["ratio"]["ratio"] == pytest.approx(130 / 110, rel=0.01) and vs[1]["ratio"]["ci95_lo"] > 1
     assert "launch spread" in vs[1]["ratio"]["scope"]
-    assert vs[32]["word"] == "not distinguishable from"
+    # one launch per mode: the documented spread widens the interval, and no word is printed (the lab's rule)
+    assert vs[1]["word"] == vs[32]["word"] == "no verdict"
     md = tune_mod.markdown(tuning, *tune_mod.adaptive_config(tuning), rep)
     assert "Predicted against measured" in md and "| 1 | 0 | 2 | 3 |" in md
 

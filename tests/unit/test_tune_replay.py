@@ -71,8 +71,10 @@ def test_committed_report_is_what_lab_tune_measured_computes(run):
         # within one launch, so no verdict word
         assert vs[(8, 0)]["ratio"]["ci95_lo"] > 1.1 and vs[(64, 0)]["ratio"]["ci95_lo"] > 1.5
         assert {v["word"] for v in vs.values()} == {"no verdict"}
-    else:  # the emulator's documented launch spread allows words: 3 steps beat the default's 1 and 0
-        # at c32 and c64; at 2048 tokens and 64 requests the 0-step tier wins (not predicted)
-        assert vs[(32, 0)]["word"] == vs[(64, 0)]["word"] == "beats"
-        assert vs[(64, 2048)]["word"] == "loses to"
-        assert vs[(1, 0)]["word"] == "not distinguishable from"
+    else:  # one launch per mode: the emulator's documented launch spread widens the intervals but grants
+        # no word (the lab's one rule); 3 steps above the default's 1 and 0 at c32 and c64; at 2048 tokens
+        # and 64 requests the 0-step tier wins (not predicted)
+        assert {v["word"] for v in vs.values()} == {"no verdict"}
+        assert vs[(32, 0)]["ratio"]["ci95_lo"] > 1.1 and vs[(64, 0)]["ratio"]["ci95_lo"] > 1.5
+        assert vs[(64, 2048)]["ratio"]["ci95_hi"] < 0.8
+        assert vs[(1, 0)]["ratio"]["ci95_lo"] < 1 < vs[(1, 0)]["ratio"]["ci95_hi"]
