@@ -13,23 +13,20 @@ from pathlib import Path
 
 import pytest
 
+from shared import markdown_rows
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _md_tables(text: str) -> list[list[dict[str, str]]]:
-    """The Markdown tables of ``text`` whose header starts ``| mode | point |``, as rows of
-    ``{header: cell}``."""
-    tables, lines = [], text.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("| mode | point |") and i + 1 < len(lines) and lines[i + 1].startswith("| ---"):
-            head = [c.strip() for c in line.strip().strip("|").split("|")]
-            rows = []
-            for row in lines[i + 2:]:
-                if not row.startswith("|"):
-                    break
-                rows.append(dict(zip(head, (c.strip() for c in row.strip().strip("|").split("|")))))
-            tables.append(rows)
-    return tables
+def _first_table(text: str) -> list[dict[str, str]]:
+    """The rows of the first Markdown table of ``text`` whose header starts ``| mode | point |``
+    (:func:`shared.markdown_rows`), or [] when there is none."""
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith("| mode | point |")), None)
+    if start is None:
+        return []
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return markdown_rows("\n".join(lines[start:end]))
 
 
 @pytest.mark.parametrize("page", ["README.md", "docs/default-run.md"])
@@ -46,14 +43,13 @@ def test_the_default_run_tables_are_lab_summarys_on_the_committed_reports(page, 
         (committed / name).write_bytes(subprocess.run(["git", "show", f"HEAD:reports/{name}"], cwd=ROOT,
                                                       capture_output=True, check=True).stdout)
     comp = json.loads((committed / "comparison.json").read_text())
-    [summary] = _md_tables(summary_markdown(read_summary_rows(committed / "summary.csv"), comp.get("baseline")))
+    summary = _first_table(summary_markdown(read_summary_rows(committed / "summary.csv"), comp.get("baseline")))
     by_point = {(r["mode"], r["point"]): r for r in summary}
-    tables = _md_tables((ROOT / page).read_text())
-    assert tables, f"{page}: no default-run table"
-    for table in tables[:1]:
-        for row in table:
-            got = by_point.get((row["mode"], row["point"]))
-            assert got is not None, f"{page}: {row['mode']} {row['point']} is not a point of the committed run"
-            for col, cell in row.items():
-                assert col in got, f"{page}: column {col!r} is not one of lab summary's"
-                assert cell == got[col], f"{page}: {row['mode']} {row['point']} {col}: {cell!r}, lab summary prints {got[col]!r}"
+    table = _first_table((ROOT / page).read_text())
+    assert table, f"{page}: no default-run table"
+    for row in table:
+        got = by_point.get((row["mode"], row["point"]))
+        assert got is not None, f"{page}: {row['mode']} {row['point']} is not a point of the committed run"
+        for col, cell in row.items():
+            assert col in got, f"{page}: column {col!r} is not one of lab summary's"
+            assert cell == got[col], f"{page}: {row['mode']} {row['point']} {col}: {cell!r}, lab summary prints {got[col]!r}"

@@ -76,4 +76,3 @@ def test_there_is_one_quoted_answer_and_it_is_the_committed_one():
     for line in block.splitlines():
         if line.strip() != "...":
             assert line in shown, f"README quotes a line lab summary does not print: {line!r}"
-
