@@ -177,21 +177,17 @@ def _template(params, mode: str) -> dict[str, Any]:
     return {"from_mode": mode, **d}
 
 
-#: The template fields that make two speculative modes different candidate families (a launch
-#: flag each: SGLang's adaptive tiers change num_steps only, never these).
-TEMPLATE_KEYS = ("attention_mode", "prefill_attention_backend", "decode_attention_backend", "simulate_accept_length")
-
-
 def speculative_modes(params) -> list[str]:
-    """Names of ``params.modes`` that speculate, one per distinct :data:`TEMPLATE_KEYS` set (the
-    first of each), in params order."""
+    """Names of ``params.modes`` that speculate, the first of each distinct candidate family (attention
+    mode, prefill and decode backends, simulated acceptance: launch flags each, which SGLang's adaptive
+    tiers never change), in params order."""
     seen, out = set(), []
     for name, m in params.modes.items():
-        if m.algorithm:
-            key = tuple(getattr(m, k, None) or (("prefill" if k == "attention_mode" else None)) for k in TEMPLATE_KEYS)
-            if key not in seen:
-                seen.add(key)
-                out.append(name)
+        key = (m.attention_mode or "prefill", m.prefill_attention_backend, m.decode_attention_backend,
+               m.simulate_accept_length)
+        if m.algorithm and key not in seen:
+            seen.add(key)
+            out.append(name)
     return out
 
 
@@ -253,8 +249,9 @@ def tune(cal: Calibration, params, *, calibration_path: str = "", concurrency: l
         each = {name: tune(cal, params, mode=name, **kw) for name in names}
         if len(each) == 1:
             return each[names[0]]
-        best = max(names, key=lambda n: _score(each[n]))
-        figures = ", ".join(f"{n} {math.exp(_score(each[n])):.2f}x" if _score(each[n]) > -math.inf else f"{n} undetermined"
+        score = {n: _score(t) for n, t in each.items()}
+        best = max(names, key=score.get)
+        figures = ", ".join(f"{n} {math.exp(score[n]):.2f}x" if score[n] > -math.inf else f"{n} undetermined"
                             for n in names)
         each[best].notes.insert(0, f"candidates copy mode {best}: of the speculative modes, its chosen num_steps "
                                    f"predict the highest geometric-mean speedup over the points ({figures}); "
@@ -408,10 +405,6 @@ def _measured_tok_s(d: Path) -> tuple[str, dict[tuple[int, int], list[float]], d
     return str(mode), out, tiers
 
 
-#: The tuned-over-default column's word for each verdict of :func:`lab.analysis.stats.verdict`.
-VERSUS_WORDS = {"faster": "beats", "slower": "loses to", "not distinguishable": "not distinguishable from"}
-
-
 def median_ratio(base: list[float], other: list[float], *, seed: int = 0) -> "Ratio":
     """``median(other) / median(base)`` of per-request decode tok/s (the statistic the lab reports
     per point and :func:`lab.calibrate.simulate.simulate_run` predicts), with a 95 % percentile
@@ -485,13 +478,12 @@ def measured_report(tuning: Tuning, dirs: list[Path], *, engine_profile: str | N
                          "predicted": piv, "measured": r.to_dict(), "inside": inside if piv else None})
         a, b = got.get(TUNED_MODE, ({}, {}))[0].get(key), got.get(DEFAULT_TIERS_MODE, ({}, {}))[0].get(key)
         if a and b:
-            r = withhold(median_ratio(b, a), prior)
-            # the lab's one rule (lab.analysis.launches.withhold): one launch per mode gives no verdict
+            # one launch per mode: the lab's one rule (lab.analysis.launches.withhold) leaves no verdict
             # word, whether or not a documented spread widened the interval
-            word = VERSUS_WORDS.get(r.verdict, "no verdict")
+            r = withhold(median_ratio(b, a), prior)
             versus.append({"point": p.point.key, "concurrency": key[0], "context_tokens": key[1],
                            "tuned_steps": got[TUNED_MODE][1].get(key), "default_steps": got[DEFAULT_TIERS_MODE][1].get(key),
-                           "ratio": r.to_dict(), "word": word})
+                           "ratio": r.to_dict()})
     scope = (f"one launch per mode; intervals widened with the documented launch spread ({prior.cv:.1%} CV), "
              "no verdict word (a documented spread is not one measured for this configuration)" if prior
              else "one launch per mode, within-launch intervals (requests as units): launch-to-launch noise not "
@@ -546,9 +538,9 @@ def markdown(tuning: Tuning, cfg: dict[str, Any], cfg_notes: list[str], measured
             lines += ["", f"{k} of {len(judged)} measured speedups inside their 95 % prediction intervals."]
         if measured["versus_default"]:
             lines += ["", f"## Tuned tiers ({TUNED_MODE}) over SGLang's default tiers ({DEFAULT_TIERS_MODE})", "",
-                      "| concurrency | context tokens | tuned steps | default steps | tuned / default decode tok/s | |",
-                      "| ---: | ---: | ---: | ---: | --- | --- |"]
+                      "| concurrency | context tokens | tuned steps | default steps | tuned / default decode tok/s |",
+                      "| ---: | ---: | ---: | ---: | --- |"]
             for v in measured["versus_default"]:
                 lines.append(f"| {v['concurrency']} | {v['context_tokens']} | {v['tuned_steps']} | {v['default_steps']} | "
-                             f"{_fmt_ratio(v['ratio'])} | {v['word']} |")
+                             f"{_fmt_ratio(v['ratio'])} |")
     return "\n".join(lines) + "\n"

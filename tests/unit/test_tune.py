@@ -175,7 +175,7 @@ def test_measured_report_sets_measurements_beside_predictions(tuning, tmp_path):
     assert vs[1]["ratio"]["ratio"] == pytest.approx(130 / 110, rel=0.01) and vs[1]["ratio"]["ci95_lo"] > 1
     assert "launch spread" in vs[1]["ratio"]["scope"]
     # one launch per mode: the documented spread widens the interval, and no word is printed (the lab's rule)
-    assert vs[1]["word"] == vs[32]["word"] == "no verdict"
+    assert vs[1]["ratio"]["verdict"] is None and vs[32]["ratio"]["verdict"] is None
     md = tune_mod.markdown(tuning, *tune_mod.adaptive_config(tuning), rep)
     assert "Predicted against measured" in md and "| 1 | 0 | 2 | 3 |" in md
 
@@ -186,7 +186,7 @@ def test_measured_report_on_a_real_engine_withholds_the_word(tuning, tmp_path):
     dirs = [_capture(tmp_path, "baseline", {1: 100.0}), _capture(tmp_path, tune_mod.TUNED_MODE, {1: 130.0}, {1: 2}),
             _capture(tmp_path, tune_mod.DEFAULT_TIERS_MODE, {1: 110.0}, {1: 3})]
     rep = tune_mod.measured_report(tuning, dirs, engine_profile=None)
-    assert rep["versus_default"][0]["word"] == "no verdict"
+    assert rep["versus_default"][0]["ratio"]["verdict"] is None
     assert "no verdict word" in rep["scope"]
 
 

@@ -70,11 +70,11 @@ def test_committed_report_is_what_lab_tune_measured_computes(run):
     if name == "h200":  # fewer steps than the default at c8, a 1-step tier for its 0-step one at c64;
         # within one launch, so no verdict word
         assert vs[(8, 0)]["ratio"]["ci95_lo"] > 1.1 and vs[(64, 0)]["ratio"]["ci95_lo"] > 1.5
-        assert {v["word"] for v in vs.values()} == {"no verdict"}
+        assert {v["ratio"]["verdict"] for v in vs.values()} == {None}
     else:  # one launch per mode: the emulator's documented launch spread widens the intervals but grants
         # no word (the lab's one rule); 3 steps above the default's 1 and 0 at c32 and c64; at 2048 tokens
         # and 64 requests the 0-step tier wins (not predicted)
-        assert {v["word"] for v in vs.values()} == {"no verdict"}
+        assert {v["ratio"]["verdict"] for v in vs.values()} == {None}
         assert vs[(32, 0)]["ratio"]["ci95_lo"] > 1.1 and vs[(64, 0)]["ratio"]["ci95_lo"] > 1.5
         assert vs[(64, 2048)]["ratio"]["ci95_hi"] < 0.8
         assert vs[(1, 0)]["ratio"]["ci95_lo"] < 1 < vs[(1, 0)]["ratio"]["ci95_hi"]
