@@ -21,6 +21,7 @@ tarball (``docs/benchmarks/emulator-adaptive.tar.xz``: the emulator's run of
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -54,8 +55,10 @@ def launch_steps(launch: dict) -> int | None:
     return None if steps is None else int(steps)
 
 
+@functools.cache
 def load(cap: Path) -> list[dict]:
-    """One row per (mode, concurrency, context) window of the captures."""
+    """One row per (mode, concurrency, context) window of the captures (read once per process and
+    folder: the captures are read-only, 11 MB of JSON lines a folder; callers only read the rows)."""
     rows, tok_s = [], {}
     for mode in MODES:
         d = cap / mode

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from lab.config import yamlio
 from lab.config import schema
 from lab.config.paths import repo_root
 from lab.config.schema import LabParams, ParamsError
@@ -87,7 +88,7 @@ def load_params(path: str | os.PathLike[str] | None = None, *, overrides: dict[s
     if not p.is_file():
         raise ParamsError(f"{p}: params file not found. Fix: run from the repository root or pass its path")
     try:
-        raw = yaml.safe_load(p.read_text()) or {}
+        raw = yamlio.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ParamsError(f"{p}: not valid YAML ({exc}). Fix: correct the syntax at the line shown") from exc
     if not isinstance(raw, dict):

@@ -25,11 +25,10 @@ def check_sweep_current(path: Path) -> None:
 
     :raises ParamsError: stale generated modes, naming the fix (``lab sweep``).
     """
-    import yaml
-
+    from lab.config import yamlio
     from lab.pipeline.sweep import check_current
 
-    check_current(yaml.safe_load(path.read_text()) or {})
+    check_current(yamlio.safe_load(path.read_text()) or {})
 
 
 def compare_stage(params: LabParams, params_file: str | None = None) -> Stage:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
+from lab.config import yamlio
 
 __all__ = ["FreshnessError", "stale_stages", "stale_lines"]
 
@@ -66,7 +66,7 @@ def stale_stages(root: str | Path) -> dict[str, list[str]]:
         raise FreshnessError(f"dvc status failed in {root} ({type(exc).__name__}: {exc}). Fix: run `dvc status` "
                              "there to see why") from exc
     lock_path = root / "dvc.lock"
-    lock = (yaml.safe_load(lock_path.read_text()) or {}).get("stages", {}) if lock_path.is_file() else {}
+    lock = (yamlio.safe_load(lock_path.read_text()) or {}).get("stages", {}) if lock_path.is_file() else {}
     outs = {str(o.get("path")).rstrip("/") for st in lock.values() for o in (st.get("outs") or []) if o.get("path")}
 
     def produced(path: str) -> bool:  # another stage's output (absent from a clone: DVC caches it, git does not)
@@ -88,7 +88,7 @@ def stale_stages(root: str | Path) -> dict[str, list[str]]:
                     continue
                 if path not in params_cache:
                     p = root / path
-                    params_cache[path] = yaml.safe_load(p.read_text()) if p.is_file() else {}
+                    params_cache[path] = yamlio.safe_load(p.read_text()) if p.is_file() else {}
                 recorded = ((lock.get(stage) or {}).get("params") or {}).get(path) or {}
                 for key, how in what.items():
                     leaves = _leaf_diff(key, recorded.get(key), _get(params_cache[path], key))

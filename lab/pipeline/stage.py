@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.config import yamlio
 from lab.config import LabParams, ParamsError, load_params, repo_root
 
 __all__ = ["Stage", "PreflightFailed", "StageFailed", "run_stage", "stage_main", "stage_deps", "check_deps_tracked",
@@ -239,7 +240,7 @@ def _read_yaml(path: Path) -> Any:
     import yaml
 
     try:
-        return yaml.safe_load(path.read_text())
+        return yamlio.safe_load(path.read_text())
     except (OSError, ValueError, yaml.YAMLError):
         return None
 
@@ -249,7 +250,7 @@ def stage_params(root: Path, stage: Stage) -> list[str]:
     ``dvc.lock``): a ``foreach``/``matrix`` stage's ``${key}`` / ``${item.mode}`` is its mode."""
     import yaml
 
-    spec = ((yaml.safe_load((root / "dvc.yaml").read_text()) or {}).get("stages") or {}).get(stage.dvc_name) or {}
+    spec = ((yamlio.safe_load((root / "dvc.yaml").read_text()) or {}).get("stages") or {}).get(stage.dvc_name) or {}
     mode = str(stage.parameters.get("mode_name", ""))
     return [p.replace("${key}", mode).replace("${item.mode}", mode)
             for p in ((spec.get("do") or spec).get("params") or []) if isinstance(p, str)]
@@ -417,8 +418,8 @@ def stage_deps(root: Path, stage: str) -> list[str]:
 
     import yaml
 
-    dvc = yaml.safe_load((root / "dvc.yaml").read_text()) or {}
-    params = yaml.safe_load((root / "params.yaml").read_text()) or {}
+    dvc = yamlio.safe_load((root / "dvc.yaml").read_text()) or {}
+    params = yamlio.safe_load((root / "params.yaml").read_text()) or {}
     spec = (dvc.get("stages") or {}).get(stage) or {}
     deps = (spec.get("do") or spec).get("deps") or []
 

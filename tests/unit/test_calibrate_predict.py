@@ -166,7 +166,7 @@ def test_cli_writes_calibration_profile_and_predictions(results, tmp_path, capsy
     assert {"calibration.json", "profile.json", "calibration.md"} <= {p.name for p in out.iterdir()}
     assert json.loads((out / "profile.json").read_text())["decode"]["graph_ms_bs1"]["fit"]["results"]
     pargs = argparse.Namespace(calibration=out / "calibration.json", params=str(params), grid=["num_steps=2,3"],
-                               concurrency=None, request_rate=None, point="c1", order="win", draws=20, seed=0,
+                               concurrency=None, request_rate=None, point="c1", order="win", draws=6, seed=0,
                                measured=[results["s2"]], out=tmp_path / "pred")
     assert predict_main(pargs) == 0
     printed = capsys.readouterr().out

@@ -184,7 +184,7 @@ def test_paired_at_c8_clusters_by_repeat_and_covers():
     """Issue 22: the paired interval above c1 took prompts - 1 degrees of freedom though the
     requests of a repeat move together; clustered by repeat it covers, per prompt it did not."""
     rng = np.random.default_rng(31)
-    trials, by_repeat, by_prompt = 600, 0, 0
+    trials, by_repeat, by_prompt = 250, 0, 0
     for _ in range(trials):
         base, spec = _c8_pairs(rng, ratio=1.1, repeat_sd=0.03)
         r = paired_speedup(base, spec, "c8", unit="repeat")
@@ -220,7 +220,7 @@ def test_paired_no_longer_contradicts_the_per_repeat_interval_without_reason():
 
 def test_paired_across_launches_clusters_by_launch_and_covers():
     rng = np.random.default_rng(41)
-    trials, hits, naive = 500, 0, 0
+    trials, hits, naive = 250, 0, 0
     for _ in range(trials):
         base, spec = _c8_pairs(rng, ratio=1.1, repeat_sd=0.0, launches=3, launch_sd=LAUNCH_CV * math.sqrt(2))
         r = paired_speedup(base, spec, "c8", unit=pair_unit(1, False, 3))

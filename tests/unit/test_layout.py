@@ -236,7 +236,7 @@ def test_core_stages_stay_out_of_the_wings(entry):
     assert not wings, f"{entry} reaches {wings}: keep wings out of the core, or update docs/architecture.md"
 
 
-def engine_name_uses(source: str, names: set[str]) -> list[tuple[int, str]]:
+def engine_name_uses(source: str | ast.Module, names: set[str]) -> list[tuple[int, str]]:
     """``(line, form)`` of every place ``source`` asks which engine it is by name rather than
     asking the engine (:mod:`lab.engine.registry`), read with :mod:`ast`:
 
@@ -249,7 +249,7 @@ def engine_name_uses(source: str, names: set[str]) -> list[tuple[int, str]]:
       ``choices=[...]`` or ``Literal[...]`` listing one;
     - the registry's table itself (``ENGINES``) read outside ``lab/engine/``.
     """
-    tree = ast.parse(source)
+    tree = ast.parse(source) if isinstance(source, str) else source  # a parsed module: read only
     found: list[tuple[int, str]] = []
 
     def named(node) -> bool:  # a str constant that is an engine or section name, or a collection of them
@@ -339,5 +339,5 @@ def test_engine_names_are_compared_only_in_the_engines():
     names = _engine_and_section_names()
     found = [f"{p.relative_to(root.parent)}:{n}: {form}: {p.read_text().splitlines()[n - 1].strip()}"
              for p in sorted(root.rglob("*.py")) if "engine" not in p.relative_to(root).parts[:1]
-             for n, form in engine_name_uses(p.read_text(), names)]
+             for n, form in engine_name_uses(source_tree(p), names)]
     assert not found, "\n".join(found)
