@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["param_files", "outside_deps", "file_digests"]
+__all__ = ["param_files", "launch_files", "outside_deps", "file_digests"]
 
 
 def param_files(params, root: Path) -> dict[str, Path]:
@@ -23,8 +23,21 @@ def param_files(params, root: Path) -> dict[str, Path]:
     :param params: :class:`lab.config.LabParams`.
     :param root: the repository root relative paths resolve against (the engine's cwd).
     """
-    from lab.config import is_hf_id
     from lab.engine.registry import engine_for
+
+    eng = engine_for(params.engine)
+    return launch_files(eng, own=eng.own_section(params), bench=params.bench, server=params.server, root=root)
+
+
+def launch_files(eng, *, own, bench, server, root: Path) -> dict[str, Path]:
+    """:func:`param_files` from the engine and the sections that name files.
+
+    :param eng: the :class:`lab.engine.registry.Engine` (its :meth:`~lab.engine.registry.Engine.input_files`).
+    :param own: ``eng.own_section(params)``; ``bench``, ``server``: ``params.bench``, ``params.server``.
+    :param root: as :func:`param_files`'.
+    :returns: ``{param: absolute path}``.
+    """
+    from lab.config import is_hf_id
 
     out: dict[str, Path] = {}
 
@@ -39,12 +52,12 @@ def param_files(params, root: Path) -> dict[str, Path]:
         except OSError:  # a value that is no path (too long a name...)
             pass
 
-    out.update(engine_for(params).input_files(params, root))  # the emulator's cost profile
-    if not is_hf_id(params.bench.dataset):
-        add("bench.dataset", params.bench.dataset)
-    for i, arg in enumerate(params.server.extra_args or []):
+    out.update(eng.input_files(own, root))  # the emulator's cost profile
+    if not is_hf_id(bench.dataset):
+        add("bench.dataset", bench.dataset)
+    for i, arg in enumerate(server.extra_args or []):
         add(f"server.extra_args[{i}]", arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg)
-    for k, v in (params.server.env or {}).items():
+    for k, v in (server.env or {}).items():
         add(f"server.env.{k}", str(v))
     return out
 

@@ -6,15 +6,32 @@ Static, read from the source with :mod:`ast` (nothing is imported, so it runs on
 e.g. ``git archive <commit> lab | tar -x -C /tmp/old`` then ``--root /tmp/old``). Starting at
 the entry function with its parameter ``--param`` tracked, every call that passes a tracked
 name (positionally or by keyword; also ``x = params`` and ``x = params.model_copy(...)``
-aliases) to a function the walk can resolve (a function of the same module, one imported from a
-``lab`` module, a ``lab`` module's attribute, a class, whose ``__init__`` is then entered, or
-``self.method``) is an edge, and the walk goes on inside the callee with the parameter that
-received it. A section (``params.bench``) passed on is not the whole object and is not followed.
+aliases) to a function the walk can resolve is an edge, and the walk goes on inside the callee
+with the parameter that received it. A call resolves to:
 
-Prints: functions that receive the object, *modules entered* (distinct ``lab`` modules with
-such a function), packages entered, cross-module edges, and *re-entries*: cross-module edges
-into a module the walk had already entered before (it left the module and came back), with
-``-v`` each edge. Issue 20 asks for these before and after "callees take the section they need".
+- a function of the same module, one imported from a ``lab`` module, or a ``lab`` module's
+  attribute (``mod.func``);
+- a class (defined in the module or imported from a ``lab`` module), whose ``__init__`` is then
+  entered (positional offset 1: ``self``);
+- ``self.method``: the method of the enclosing class (offset 1);
+- ``Class.method(...)``, ``Class`` as above: the method found on the class or, failing that, on
+  its ``lab`` base classes; a classmethod (its first declared parameter is ``cls``) takes the
+  call's arguments from its second parameter on (offset 1), a staticmethod (or an unbound
+  method called with its instance) from its first (offset 0);
+- ``<expr>.meth(...)`` (any other receiver: ``engine_for(params).argv(...)``, ``eng.preflight(...)``)
+  where ``meth`` is a method of an *engine class*: a class under ``lab/engine/`` that subclasses
+  :class:`lab.engine.registry.Engine` (directly or through another engine class) or is
+  decorated with ``register(...)``; the base class counts too. The walk cannot know which
+  engine runs, so it follows EVERY engine class's own implementation of ``meth`` (offset 1).
+
+A section (``params.bench``) passed on is not the whole object and is not followed.
+
+Prints: functions that receive the object, *modules entered* ("rooms": distinct ``lab`` modules
+with such a function), packages entered, cross-module edges, and *re-entries* ("returns":
+cross-module edges into a module the walk had already entered before: it left the module and
+came back), with ``-v`` each edge. Issue 20 asked for these before and after "callees take the
+section they need"; issue 31 bounds them for ``run_mode`` (at most 10 rooms, 10 returns;
+``tests/unit/test_params_walk.py``).
 """
 
 from __future__ import annotations
@@ -71,30 +88,114 @@ class Index:
                         full = f"{base}.{a.name}"
                         names[a.asname or a.name] = (full, None) if full in self.trees else (base, a.name)
             self.imports[mod] = names
+        self.engine_classes = self._engine_classes()
+
+    def class_ref(self, mod: str, name: str) -> tuple[str, str] | None:
+        """``(module, class name)`` that ``name`` names in ``mod`` (defined there or imported from
+        a ``lab`` module, a re-export followed), or None."""
+        if (mod, name) in self.classes:
+            return mod, name
+        target = self.imports.get(mod, {}).get(name)
+        for _ in range(3):  # re-exports through package __init__ modules
+            if not target or not target[1]:
+                return None
+            if target in self.classes:
+                return target
+            target = self.imports.get(target[0], {}).get(target[1])
+        return None
+
+    def _base_refs(self, mod: str, node: ast.ClassDef) -> list[tuple[str, str]]:
+        out = []
+        for b in node.bases:
+            ref = None
+            if isinstance(b, ast.Name):
+                ref = self.class_ref(mod, b.id)
+            elif isinstance(b, ast.Attribute) and isinstance(b.value, ast.Name):
+                target = self.imports.get(mod, {}).get(b.value.id)
+                if target and target[1] is None:
+                    ref = self.class_ref(target[0], b.attr)
+            if ref:
+                out.append(ref)
+        return out
+
+    def _engine_classes(self) -> set[tuple[str, str]]:
+        """The engine classes (module docstring): the base class ``lab.engine.registry:Engine``,
+        its subclasses (transitively) and the ``register(...)``-decorated classes under ``lab/engine``."""
+        base = ("lab.engine.registry", "Engine")
+        found = {base} if base in self.classes else set()
+        engine_mods = [k for k in self.classes if k[0] == "lab.engine" or k[0].startswith("lab.engine.")]
+
+        def registered(node: ast.ClassDef) -> bool:
+            for d in node.decorator_list:
+                f = d.func if isinstance(d, ast.Call) else d
+                if (isinstance(f, ast.Name) and f.id == "register") or (isinstance(f, ast.Attribute) and f.attr == "register"):
+                    return True
+            return False
+
+        changed = True
+        while changed:
+            changed = False
+            for key in engine_mods:
+                if key in found:
+                    continue
+                node = self.classes[key]
+                if registered(node) or any(b in found for b in self._base_refs(key[0], node)):
+                    found.add(key)
+                    changed = True
+        return found
+
+    def _method(self, cref: tuple[str, str], meth: str, depth: int = 0) -> tuple[str, str] | None:
+        """``(module, "Class.meth")`` of ``meth`` on class ``cref`` or its ``lab`` bases."""
+        key = (cref[0], f"{cref[1]}.{meth}")
+        if key in self.funcs:
+            return key
+        if depth < 8:
+            for b in self._base_refs(cref[0], self.classes[cref]):
+                got = self._method(b, meth, depth + 1)
+                if got:
+                    return got
+        return None
 
     @staticmethod
     def _is_pkg(root: Path, mod: str) -> bool:
         return (root / Path(*mod.split(".")) / "__init__.py").is_file()
 
-    def resolve(self, mod: str, func: ast.AST | None, cls: str | None, call: ast.Call) -> tuple[tuple[str, str], int] | None:
-        """``((module, qualname), positional offset)`` of the called function, or None."""
+    def resolve(self, mod: str, func: ast.AST | None, cls: str | None, call: ast.Call) -> list[tuple[tuple[str, str], int]]:
+        """Every ``((module, qualname), positional offset)`` the call may run (module docstring);
+        empty when it resolves to none."""
         f = call.func
         imports = self.imports.get(mod, {})
         if isinstance(f, ast.Name):
             if (mod, f.id) in self.funcs:
-                return (mod, f.id), 0
+                return [((mod, f.id), 0)]
             if (mod, f.id) in self.classes:
-                return self._init(mod, f.id)
+                return self._listed(self._init(mod, f.id))
             target = imports.get(f.id)
             if target and target[1]:
-                return self._named(*target)
-        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+                return self._listed(self._named(*target))
+            return []
+        if not isinstance(f, ast.Attribute):
+            return []
+        if isinstance(f.value, ast.Name):
             if f.value.id == "self" and cls and (mod, f"{cls}.{f.attr}") in self.funcs:
-                return (mod, f"{cls}.{f.attr}"), 1
+                return [((mod, f"{cls}.{f.attr}"), 1)]
             target = imports.get(f.value.id)
-            if target and target[1] is None:
-                return self._named(target[0], f.attr)
-        return None
+            if target and target[1] is None:  # a lab module's attribute
+                return self._listed(self._named(target[0], f.attr))
+            cref = self.class_ref(mod, f.value.id)
+            if cref:  # Class.method(...): a classmethod (cls) or a staticmethod
+                key = self._method(cref, f.attr)
+                if key:
+                    pos, _ = _params_of(self.funcs[key])
+                    return [(key, 1 if pos[:1] == ["cls"] else 0)]
+                return []
+        # <expr>.meth(...): every engine class's own implementation of meth
+        return [((m, f"{c}.{f.attr}"), 1) for m, c in sorted(self.engine_classes)
+                if (m, f"{c}.{f.attr}") in self.funcs]
+
+    @staticmethod
+    def _listed(got: tuple[tuple[str, str], int] | None) -> list[tuple[tuple[str, str], int]]:
+        return [got] if got else []
 
     def _named(self, mod: str, name: str) -> tuple[tuple[str, str], int] | None:
         if (mod, name) in self.funcs:
@@ -150,19 +251,16 @@ def walk(root: Path, entry: str, param: str) -> dict:
         cls = key[1].split(".")[0] if "." in key[1] else None
         names = _tracked(fn, pname)
         for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
-            got = idx.resolve(key[0], fn, cls, call)
-            if not got:
-                continue
-            callee, offset = got
-            pos, allowed = _params_of(idx.funcs[callee])
-            for i, arg in enumerate(call.args):
-                if isinstance(arg, ast.Name) and arg.id in names and i + offset < len(pos):
-                    edges.append((key, callee))
-                    todo.append((callee, pos[i + offset]))
-            for kw in call.keywords:
-                if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in names and kw.arg in allowed:
-                    edges.append((key, callee))
-                    todo.append((callee, kw.arg))
+            for callee, offset in idx.resolve(key[0], fn, cls, call):
+                pos, allowed = _params_of(idx.funcs[callee])
+                for i, arg in enumerate(call.args):
+                    if isinstance(arg, ast.Name) and arg.id in names and i + offset < len(pos):
+                        edges.append((key, callee))
+                        todo.append((callee, pos[i + offset]))
+                for kw in call.keywords:
+                    if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in names and kw.arg in allowed:
+                        edges.append((key, callee))
+                        todo.append((callee, kw.arg))
     funcs = sorted({k for k, _ in seen})
     modules = list(dict.fromkeys(k[0] for k in funcs))
     cross = sorted({(a, b) for a, b in edges if a[0] != b[0]})

@@ -16,11 +16,11 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from lab.config import LabParams
-from lab.engine.registry import engine_for
+from lab.config import LabParams, ModelParams, ModeParams, ServerParams
+from lab.engine.registry import Engine, engine_for
 from lab.redact import redact_argv, redact_env
 
-__all__ = ["ServerCommand", "MODE_FLAGS", "BASE_ENV", "build_server_command", "server_flags", "model_paths",
+__all__ = ["ServerCommand", "MODE_FLAGS", "BASE_ENV", "build_server_command", "launch_command", "server_flags", "model_paths",
            "flag_value", "sglang_env"]
 
 # Mode field -> SGLang 0.5.23 flag (sglang/srt/arg_groups/fields/spec.py, model.py).
@@ -72,12 +72,15 @@ class ServerCommand:
         return f"{env} {shlex.join(redact_argv(self.argv))}".strip()
 
 
-def model_paths(params: LabParams, mode_name: str) -> tuple[str, str | None]:
-    """``(target, draft)`` paths the launch names: ``model.path`` and the mode's (or the model's)
-    ``draft_path``, or with ``model.synthetic`` the generated folders of
+def model_paths(mode: ModeParams, model: ModelParams) -> tuple[str, str | None]:
+    """``(target, draft)`` paths the launch of ``mode`` names: ``model.path`` and the mode's (or the
+    model's) ``draft_path``, or with ``model.synthetic`` the generated folders of
     :func:`lab.engine.synthetic.model_dir` (written by :func:`lab.engine.synthetic.write_model`
-    before preflight; this only names them)."""
-    mode, m = params.mode(mode_name), params.model
+    before preflight; this only names them).
+
+    :param mode: the mode's :class:`lab.config.ModeParams`; ``model``: ``params.model``.
+    """
+    m = model
     if m.synthetic:
         from lab.config import repo_root
         from lab.engine.synthetic import model_dir
@@ -99,17 +102,17 @@ def flag_value(flags: Sequence[str], name: str) -> str | None:
     return value
 
 
-def server_flags(params: LabParams, mode_name: str) -> list[str]:
-    """SGLang 0.5.23 flags for ``mode_name`` (identical for both engines).
+def server_flags(mode: ModeParams, *, model: ModelParams, server: ServerParams) -> list[str]:
+    """SGLang 0.5.23 flags for ``mode`` (identical for both engines).
 
     ``--max-running-requests`` and ``--cuda-graph-max-bs-decode`` are set in every mode:
     with speculation and no cap SGLang limits running requests to 48, the baseline not.
 
-    :raises ParamsError: unknown mode.
+    :param mode: the mode's :class:`lab.config.ModeParams`; ``model``, ``server``: ``params.model``,
+        ``params.server`` (its ``port`` the one the launch listens on).
     """
-    mode = params.mode(mode_name)
-    m, s = params.model, params.server
-    target, draft = model_paths(params, mode_name)
+    m, s = model, server
+    target, draft = model_paths(mode, model)
     flags = ["--model-path", target, "--tp-size", str(m.tp_size)]
     if m.synthetic:  # config-only model: SGLang initialises random weights (model_loader/loader.py DummyModelLoader)
         flags += ["--load-format", "dummy"]
@@ -163,30 +166,45 @@ def build_server_command(
     :returns: a :class:`ServerCommand` (argv list + added environment).
     :raises ParamsError: unknown mode.
     """
-    eng = engine_for(params)
-    params.mode(mode_name)  # ParamsError for an unknown mode, before anything is built
-    if port is not None and port != params.server.port:
-        server = params.server.model_copy(update={"port": port})
+    eng = engine_for(params.engine)
+    mode = params.mode(mode_name)  # ParamsError for an unknown mode, before anything is built
+    return launch_command(eng, mode_name, mode, model=params.model, server=params.server,
+                          own=eng.own_section(params), ground_truth_file=ground_truth_file, python=python,
+                          prompt_file=prompt_file, port=port)
+
+
+def launch_command(eng: Engine, mode_name: str, mode: ModeParams, *, model: ModelParams, server: ServerParams,
+                   own=None, ground_truth_file: str | os.PathLike[str] | None = None, python: str = sys.executable,
+                   prompt_file: str | os.PathLike[str] | None = None, port: int | None = None) -> ServerCommand:
+    """:func:`build_server_command` from the engine and the sections a launch reads: what a stage
+    that resolved the engine once calls (:func:`lab.pipeline.bench.run_mode`).
+
+    :param eng: the :class:`lab.engine.registry.Engine` (``engine_for(params.engine)``).
+    :param mode: ``params.mode(mode_name)``; ``model``, ``server``: ``params.model``, ``params.server``;
+        ``own``: ``eng.own_section(params)`` (:meth:`lab.engine.registry.Engine.own_section`).
+    :param ground_truth_file, python, prompt_file, port: as :func:`build_server_command`'s.
+    :returns: a :class:`ServerCommand`.
+    """
+    if port is not None and port != server.port:
+        server = server.model_copy(update={"port": port})
         server.__pydantic_fields_set__.add("port")
-        params = params.model_copy(update={"server": server})
-    flags = eng.flags(params, mode_name)
-    argv = eng.argv(params, mode_name, flags, python=python,
+    flags = eng.flags(mode_name, mode=mode, model=model, server=server)
+    argv = eng.argv(mode_name, flags, python=python, own=own,
                     ground_truth_file=None if ground_truth_file is None else str(ground_truth_file),
                     prompt_file=None if prompt_file is None else str(prompt_file))
-    return ServerCommand(argv=argv, env=eng.env(params, mode_name), engine=params.engine,
-                         host=params.server.host, port=params.server.port, flags=flags)
+    return ServerCommand(argv=argv, env=eng.env(mode_name, mode=mode, server=server), engine=eng.name,
+                         host=server.host, port=server.port, flags=flags)
 
 
-def sglang_env(params: LabParams, mode_name: str) -> dict[str, str]:
-    """The variables an SGLang-compatible launch of ``mode_name`` adds (:data:`BASE_ENV`, then
+def sglang_env(mode: ModeParams, *, server: ServerParams) -> dict[str, str]:
+    """The variables an SGLang-compatible launch of ``mode`` adds (:data:`BASE_ENV`, then
     ``server.env``, the mode's ``env``, and ``SGLANG_SIMULATE_ACC_LEN`` for a mode that pins its
     accept length).
 
-    :raises ParamsError: unknown mode.
+    :param mode: the mode's :class:`lab.config.ModeParams`; ``server``: ``params.server``.
     """
-    mode = params.mode(mode_name)
     env = dict(BASE_ENV)
-    env.update(params.server.env)
+    env.update(server.env)
     env.update(mode.env)
     if mode.simulate_accept_length is not None:
         env["SGLANG_SIMULATE_ACC_LEN"] = str(mode.simulate_accept_length)

@@ -6,6 +6,7 @@ from a cost profile (``params.emulator.profile``), ground truth recorded; it ser
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from lab.engine.registry import Engine, register
@@ -35,19 +36,19 @@ class Emulator(Engine):
         "fast": (0.08, 28, "docs/measurement.md section 4: 4-8 % over 28 launches, the upper end taken"),
     }
 
-    def flags(self, params: Any, mode_name: str) -> list[str]:
+    def flags(self, mode_name: str, *, mode: Any, model: Any, server: Any) -> list[str]:
         """SGLang 0.5.23's flags (:func:`lab.engine.command.server_flags`)."""
         from lab.engine.command import server_flags
 
-        return server_flags(params, mode_name)
+        return server_flags(mode, model=model, server=server)
 
-    def argv(self, params: Any, mode_name: str, flags: list[str], *, python: str,
+    def argv(self, mode_name: str, flags: list[str], *, python: str, own: Any = None,
              ground_truth_file: str | None = None, prompt_file: str | None = None) -> list[str]:
         """``python -m lab.emulator <flags>`` then the emulator's own: ``--emulator-profile``,
         ``--emulator-startup-delay-s``, each ``--emulator-fault`` (:mod:`lab.emulator.faults`),
         ``--ground-truth-file`` and ``--emulator-prompt-categories`` (:mod:`lab.emulator.categories`)
-        when given."""
-        e = params.emulator
+        when given; ``own``: ``params.emulator``."""
+        e = own
         argv = [python, "-m", self.module, *flags,
                 "--emulator-profile", e.profile, "--emulator-startup-delay-s", str(e.startup_delay_s)]
         for fault in e.faults:  # none by default
@@ -58,28 +59,28 @@ class Emulator(Engine):
             argv += ["--emulator-prompt-categories", str(prompt_file)]
         return argv
 
-    def env(self, params: Any, mode_name: str) -> dict[str, str]:
+    def env(self, mode_name: str, *, mode: Any, server: Any) -> dict[str, str]:
         """SGLang's launch variables (:func:`lab.engine.command.sglang_env`): the emulator reads
         ``SGLANG_SIMULATE_ACC_LEN`` as SGLang does."""
         from lab.engine.command import sglang_env
 
-        return sglang_env(params, mode_name)
+        return sglang_env(mode, server=server)
 
-    def preflight(self, params: Any, modes: list[str], *, python: str, timeout_s: float,
-                  check_argv: bool) -> list[Any]:
-        """``gpus`` skipped (no GPU, SGLang or weights needed), ``emulator`` (its cost profile
-        loads), ``context``."""
+    def preflight(self, modes: Mapping[str, Any], *, model: Any, server: Any, bench: Any, own: Any,
+                  python: str, timeout_s: float, check_argv: bool) -> list[Any]:
+        """``gpus`` skipped (no GPU, SGLang or weights needed), ``emulator`` (its cost profile,
+        ``own.profile``, loads), ``context``."""
         from lab.emulator.profile import ProfileError, load_profile
-        from lab.engine.preflight import OK, FAIL, SKIP, Check, context_check
+        from lab.engine.preflight import OK, FAIL, SKIP, Check, context_row
 
         checks = [Check("gpus", SKIP, "engine emulator: no GPU, SGLang or weights needed")]
         try:
-            prof, path = load_profile(params.emulator.profile)
+            prof, path = load_profile(own.profile)
             checks.append(Check("emulator", OK, f"profile {prof.name} v{prof.version} ({path}); its timing models "
                                 f"SGLang build {prof.models_build.label!r}"))
         except ProfileError as exc:
             checks.append(Check("emulator", FAIL, str(exc), "set emulator.profile to a bundled name or a file"))
-        checks.append(context_check(params, modes))
+        checks.append(context_row(self, modes, model=model, server=server, bench=bench, own=own))
         return checks
 
     def version_tags(self, server_info: Any, python: str | None = None) -> dict[str, str]:
@@ -95,27 +96,27 @@ class Emulator(Engine):
         write("sglang-check-env.txt", f"{NOT_AVAILABLE}: engine emulator does not run SGLang")
         return {}, "not applicable: engine emulator"
 
-    def input_files(self, params: Any, root: Any) -> dict[str, Any]:
+    def input_files(self, own: Any, root: Any) -> dict[str, Any]:
         """``emulator.profile``: the cost profile's file (a bundled name or a path; a profile that
         does not load is the preflight's to report)."""
         from pathlib import Path
 
         from lab.emulator.profile import ProfileError, load_profile
 
-        prof = params.emulator.profile
+        prof = own.profile
         cand = Path(prof) if Path(prof).is_absolute() else Path(root) / prof
         try:
             return {"emulator.profile": load_profile(cand if cand.is_file() else prof)[1].resolve()}
         except ProfileError:
             return {}
 
-    def cost_profile(self, params: Any) -> str | None:
-        """``emulator.profile``."""
-        return params.emulator.profile
+    def cost_profile(self, own: Any) -> str | None:
+        """``emulator.profile`` (``own``: ``params.emulator``)."""
+        return own.profile
 
-    def launch_setup(self, params: Any) -> dict[str, Any]:
-        """``emulator_profile`` (its name) and ``emulator_faults``."""
-        return {"emulator_profile": params.emulator.profile, "emulator_faults": list(params.emulator.faults or [])}
+    def launch_setup(self, own: Any) -> dict[str, Any]:
+        """``emulator_profile`` (its name) and ``emulator_faults`` (``own``: ``params.emulator``)."""
+        return {"emulator_profile": own.profile, "emulator_faults": list(own.faults or [])}
 
     def prompt_counter(self) -> Any:
         """The emulator's own rule (:func:`lab.workload.context.estimate_tokens`)."""
@@ -123,7 +124,7 @@ class Emulator(Engine):
 
         return estimate_tokens
 
-    def context_window(self, params: Any) -> tuple[int | None, str] | None:
+    def context_window(self, own: Any) -> tuple[int | None, str] | None:
         """The emulator's model window (Kimi-K2.5's, :data:`lab.emulator.args.DEFAULT_CONTEXT_LENGTH`)."""
         from lab.emulator.args import DEFAULT_CONTEXT_LENGTH
 

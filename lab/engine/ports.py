@@ -6,7 +6,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-__all__ = ["free_port", "port_is_explicit", "launch_port"]
+__all__ = ["free_port", "port_is_explicit", "launch_port", "port_for"]
 
 
 def free_port() -> int:
@@ -56,6 +56,15 @@ def launch_port(params: Any) -> int:
     """
     from lab.engine.registry import engine_for
 
-    if port_is_explicit(params.server) or not engine_for(params).picks_free_port:
-        return params.server.port
+    return port_for(params.server, engine_for(params.engine))
+
+
+def port_for(server: Any, eng: Any) -> int:
+    """:func:`launch_port` from ``params.server`` (``server``) and the engine (``eng``, a
+    :class:`lab.engine.registry.Engine`: its ``picks_free_port``).
+
+    :returns: a TCP port number.
+    """
+    if port_is_explicit(server) or not eng.picks_free_port:
+        return server.port
     return free_port()

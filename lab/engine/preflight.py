@@ -34,14 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from lab.config import LabParams, repo_root
-from lab.engine.command import build_server_command, flag_value
+from lab.engine.command import flag_value, launch_command
 from lab.engine.registry import engine_for
 from lab.engine.window import hf_cache_dir  # noqa: F401 - public here too (preflight's __all__)
 
 __all__ = ["Check", "PreflightError", "PreflightReport", "run_preflight", "gpu_check",
            "sglang_check", "argv_check", "weights_check", "hf_cache_dir", "format_table",
            "MIN_FREE_DISK_GB", "ARGV_CHECK_TIMEOUT_S", "driver_check", "MIN_DRIVER_MAJOR", "synthetic_check",
-           "bundle_checks", "context_check", "sglang_checks"]
+           "bundle_checks", "context_check", "context_row", "sglang_checks", "preflight_report"]
 
 #: Below this free space (GiB) where results go, logs and artifacts may not fit.
 MIN_FREE_DISK_GB = 2.0
@@ -345,19 +345,18 @@ def weights_check(label: str, path: str) -> Check:
 # --------------------------------------------------------------------------- the whole run
 
 
-def _cheap_checks(params: LabParams, results_dir: Path) -> list[Check]:
+def _cheap_checks(eng, server, bench, results_dir: Path) -> list[Check]:
     from lab.workload.dataset import DatasetError
     from lab.workload.sources import check_prompt_count, load_bench_prompts
     from lab.engine.process import ServerError, check_port_free
 
     checks = []
-    s = params.server
+    s = server
     from lab.engine.ports import port_is_explicit
-    from lab.engine.registry import engine_for
 
     try:
-        if not port_is_explicit(s) and engine_for(params).picks_free_port:
-            checks.append(Check("port", OK, f"server.port not set: the {params.engine} takes a free port at launch"))
+        if not port_is_explicit(s) and eng.picks_free_port:
+            checks.append(Check("port", OK, f"server.port not set: the {eng.name} takes a free port at launch"))
         else:
             check_port_free(s.host, s.port)
             checks.append(Check("port", OK, f"{s.host}:{s.port} is free"))
@@ -373,9 +372,9 @@ def _cheap_checks(params: LabParams, results_dir: Path) -> list[Check]:
                         f"{free_gb:.1f} GiB free at {probe} (need {MIN_FREE_DISK_GB:g})",
                         "free disk space where results/ lives"))
     try:
-        n = len(load_bench_prompts(params.bench, repo_root())[0])  # a file, or a Hugging Face id
-        check_prompt_count(params.bench, n)
-        checks.append(Check("dataset", OK, f"{params.bench.dataset}: {n} prompts"))
+        n = len(load_bench_prompts(bench, repo_root())[0])  # a file, or a Hugging Face id
+        check_prompt_count(bench, n)
+        checks.append(Check("dataset", OK, f"{bench.dataset}: {n} prompts"))
     except DatasetError as exc:
         cause, _, fix = str(exc).partition(". Fix: ")
         checks.append(Check("dataset", FAIL, cause, fix or "see bench.dataset in params.yaml"))
@@ -393,26 +392,48 @@ def run_preflight(params: LabParams, modes: list[str] | None = None, *, python: 
         of seconds cold). ``lab.pipeline.bench_stage`` passes False for its seconds-long check before the
         notebook starts; the notebook's own preflight then parses the argv.
     :returns: the :class:`PreflightReport` (call ``raise_if_failed`` to stop on failure).
+    :raises lab.config.ParamsError: a name in ``modes`` is not in ``params.modes``.
     """
-    modes = list(modes or params.modes)
+    eng = engine_for(params.engine)
+    return preflight_report(eng, {n: params.mode(n) for n in (modes or params.modes)}, model=params.model,
+                            server=params.server, bench=params.bench, own=eng.own_section(params), python=python,
+                            results_dir=results_dir, timeout_s=timeout_s, check_argv=check_argv)
+
+
+def preflight_report(eng, modes: dict[str, Any], *, model, server, bench, own=None, python: str = sys.executable,
+                     results_dir: str | os.PathLike[str] | None = None, timeout_s: float = ARGV_CHECK_TIMEOUT_S,
+                     check_argv: bool = True) -> PreflightReport:
+    """:func:`run_preflight` from the engine and the sections the checks read: the engine's own rows
+    (:meth:`lab.engine.registry.Engine.preflight`), then port, disk and dataset.
+
+    :param eng: the :class:`lab.engine.registry.Engine`; ``modes``: ``{name: ModeParams}``;
+        ``model``, ``server``, ``bench``: those params.yaml sections; ``own``: ``eng.own_section(params)``.
+    :param python, results_dir, timeout_s, check_argv: as :func:`run_preflight`'s.
+    :returns: the :class:`PreflightReport`.
+    """
     out = Path(results_dir) if results_dir is not None else repo_root() / "results"
-    eng = engine_for(params)
-    checks = eng.preflight(params, modes, python=python, timeout_s=timeout_s, check_argv=check_argv)
-    return PreflightReport(eng.name, checks + _cheap_checks(params, out))
+    checks = eng.preflight(modes, model=model, server=server, bench=bench, own=own, python=python,
+                           timeout_s=timeout_s, check_argv=check_argv)
+    return PreflightReport(eng.name, checks + _cheap_checks(eng, server, bench, out))
 
 
-def sglang_checks(params: LabParams, modes: list[str], *, python: str = sys.executable,
+def sglang_checks(eng, modes: dict[str, Any], *, model, server, bench, own=None, python: str = sys.executable,
                   timeout_s: float = ARGV_CHECK_TIMEOUT_S, check_argv: bool = True) -> list[Check]:
     """An SGLang launch's own rows: ``gpus``, ``driver``, ``sglang``, each mode's ``argv``, the
     adaptive-speculation refusals, ``synthetic`` or the ``model`` / ``draft`` weights, ``context``
-    and (with this Python) the offline bundle's; :meth:`lab.engine.sglang_engine.Sglang0523.preflight`."""
+    and (with this Python) the offline bundle's; :meth:`lab.engine.sglang_engine.Sglang0523.preflight`.
+
+    :param eng: the engine (its flags are each mode's argv); ``modes``: ``{name: ModeParams}``;
+        ``model``, ``server``, ``bench``: those params.yaml sections; ``own``: ``eng.own_section(params)``.
+    """
     checks: list[Check] = []
-    m = params.model
-    checks.append(gpu_check(m.tp_size, getattr(params.server, "nnodes", 1)))
+    m = model
+    checks.append(gpu_check(m.tp_size, getattr(server, "nnodes", 1)))
     checks.append(driver_check(nvml_driver_version()))
     sg = sglang_check(python, timeout_s)
     checks.append(sg)
-    flags = {mode: build_server_command(params, mode, python=python).flags for mode in modes}
+    flags = {name: launch_command(eng, name, mode, model=model, server=server, own=own, python=python).flags
+             for name, mode in modes.items()}
     for mode in modes:
         if sg.status == OK and not check_argv:
             checks.append(Check(f"argv[{mode}]", SKIP, "parsed by SGLang's parser in the stage's notebook, next"))
@@ -427,10 +448,10 @@ def sglang_checks(params: LabParams, modes: list[str], *, python: str = sys.exec
         checks.append(synthetic_check(m.synthetic))
     else:
         checks.append(weights_check("model", m.path))
-        drafts = sorted({params.mode(n).draft_path or m.draft_path for n in modes if params.mode(n).is_speculative})
+        drafts = sorted({md.draft_path or m.draft_path for md in modes.values() if md.is_speculative})
         for d in drafts:
             checks.append(weights_check("draft", str(d)))
-    checks.append(context_check(params, modes))
+    checks.append(context_row(eng, modes, model=model, server=server, bench=bench, own=own))
     if python == sys.executable:
         checks += bundle_checks(flags)
     return checks
@@ -458,11 +479,21 @@ def adaptive_checks(flags_by_mode: dict[str, list[str]], version: str) -> list[C
 def context_check(params: LabParams, modes: list[str]) -> Check:
     """``bench.context_tokens`` against the served model's context length
     (:func:`lab.engine.window.context_window_problems`): FAIL naming each length that SGLang
-    would refuse and the fix, ``skip`` when a real model's config is not readable here."""
-    from lab.engine.window import context_window_problems
+    would refuse and the fix, ``skip`` when a real model's config is not readable here
+    (:func:`context_row` of ``params``' engine and sections)."""
+    eng = engine_for(params.engine)
+    return context_row(eng, {n: params.mode(n) for n in (modes or params.modes)}, model=params.model, server=params.server,
+                       bench=params.bench, own=eng.own_section(params))
 
-    win, problems = context_window_problems(params, modes)
-    longest = max(params.bench.context_tokens)
+
+def context_row(eng, modes: dict[str, Any], *, model, server, bench, own=None) -> Check:
+    """:func:`context_check` from the engine and sections: ``modes`` ``{name: ModeParams}``,
+    ``model``, ``server``, ``bench`` those params.yaml sections, ``own`` ``eng.own_section(params)``."""
+    from lab.engine.window import window_of, window_problems
+
+    win = window_of(eng, model=model, server=server, own=own)
+    problems = window_problems(win, list(modes.values()), bench)
+    longest = max(bench.context_tokens)
     if win.tokens is None:
         return Check("context", SKIP, f"context length not known before launch ({win.source}); "
                      "SGLang refuses too long requests at request time")

@@ -24,6 +24,7 @@ so it can never close an import cycle.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from lab.config.schema import ParamsError
@@ -75,27 +76,43 @@ class Engine:
     label: ClassVar[str] = ""
     launch_spread_priors: ClassVar[dict[str, tuple[float, int, str]]] = {}
 
-    def flags(self, params: Any, mode_name: str) -> list[str]:
-        """The launch flags of ``mode_name`` (after ``python -m <module>``)."""
+    def own_section(self, params: Any) -> Any:
+        """This engine's own params.yaml section (``params.<params_section>``: the emulator's
+        ``params.emulator``), or None for an engine without one. What a stage hands the engine's
+        methods as ``own``, so that they never need the whole params object."""
+        return getattr(params, self.params_section) if self.params_section else None
+
+    def flags(self, mode_name: str, *, mode: Any, model: Any, server: Any) -> list[str]:
+        """The launch flags of ``mode_name`` (after ``python -m <module>``).
+
+        :param mode: its :class:`lab.config.ModeParams`; ``model``, ``server``: ``params.model``,
+            ``params.server`` (the port already the launch's).
+        """
         raise NotImplementedError(f"engine {self.name!r} does not build its flags")
 
-    def argv(self, params: Any, mode_name: str, flags: list[str], *, python: str,
+    def argv(self, mode_name: str, flags: list[str], *, python: str, own: Any = None,
              ground_truth_file: str | None = None, prompt_file: str | None = None) -> list[str]:
         """The whole argv: ``python -m <module> <flags>`` unless the engine adds its own.
 
+        :param own: :meth:`own_section` (None without one).
         :param ground_truth_file: where an engine with :attr:`ground_truth` writes what it did.
         :param prompt_file: the JSONL prompts (an engine that models per-category acceptance reads it).
         """
         return [python, "-m", self.module, *flags]
 
-    def env(self, params: Any, mode_name: str) -> dict[str, str]:
-        """Variables added to the inherited environment of ``mode_name``'s launch."""
+    def env(self, mode_name: str, *, mode: Any, server: Any) -> dict[str, str]:
+        """Variables added to the inherited environment of ``mode_name``'s launch (``mode``: its
+        :class:`lab.config.ModeParams`; ``server``: ``params.server``)."""
         raise NotImplementedError(f"engine {self.name!r} does not build its environment")
 
-    def preflight(self, params: Any, modes: list[str], *, python: str, timeout_s: float,
-                  check_argv: bool) -> list[Any]:
+    def preflight(self, modes: Mapping[str, Any], *, model: Any, server: Any, bench: Any, own: Any,
+                  python: str, timeout_s: float, check_argv: bool) -> list[Any]:
         """This engine's own preflight rows (:class:`lab.engine.preflight.Check`); the port, disk and
-        dataset rows every engine gets are :func:`lab.engine.preflight.run_preflight`'s."""
+        dataset rows every engine gets are :func:`lab.engine.preflight.run_preflight`'s.
+
+        :param modes: ``{name: ModeParams}`` of the modes to check; ``model``, ``server``, ``bench``:
+            those params.yaml sections; ``own``: :meth:`own_section`.
+        """
         raise NotImplementedError(f"engine {self.name!r} has no preflight")
 
     def version_tags(self, server_info: Any, python: str | None = None) -> dict[str, str]:
@@ -107,8 +124,9 @@ class Engine:
         through ``write(name, text)``; returns ``(tags, versions entry)``."""
         return {}, f"not applicable: engine {self.name}"
 
-    def input_files(self, params: Any, root: Any) -> dict[str, Any]:
-        """``{param: absolute path}`` of the files only this engine reads (:func:`lab.inputs.param_files`)."""
+    def input_files(self, own: Any, root: Any) -> dict[str, Any]:
+        """``{param: absolute path}`` of the files only this engine reads (:func:`lab.inputs.param_files`),
+        from ``own`` (:meth:`own_section`); relative paths resolve against ``root``."""
         return {}
 
     def launch_refusal(self, flags: list[str]) -> str | None:
@@ -116,14 +134,14 @@ class Engine:
         launch that costs minutes), or None."""
         return None
 
-    def cost_profile(self, params: Any) -> str | None:
+    def cost_profile(self, own: Any) -> str | None:
         """The cost profile a modelled engine's timings come from (tagged ``emulator_profile``,
-        named in captions), None for a measured one."""
+        named in captions), read from ``own`` (:meth:`own_section`), None for a measured one."""
         return None
 
-    def launch_setup(self, params: Any) -> dict[str, Any]:
-        """The engine's own settings that shape a launch beside its flags (hashed by the
-        regression sentinel: :func:`lab.pipeline.bench.launch_setup`)."""
+    def launch_setup(self, own: Any) -> dict[str, Any]:
+        """The engine's own settings (from ``own``, :meth:`own_section`) that shape a launch beside
+        its flags (hashed by the regression sentinel: :func:`lab.pipeline.bench.launch_setup`)."""
         return {}
 
     def prompt_counter(self) -> Any:
@@ -131,10 +149,10 @@ class Engine:
         tokenizer counts (:func:`lab.engine.tokenizer.token_counter`)."""
         return None
 
-    def context_window(self, params: Any) -> tuple[int | None, str] | None:
+    def context_window(self, own: Any) -> tuple[int | None, str] | None:
         """The context window the engine serves when neither ``server.context_length`` nor a
         synthetic model sets it: ``(tokens, where read)``, or None to read the served model's config
-        (:func:`lab.engine.window.served_window`)."""
+        (:func:`lab.engine.window.served_window`); ``own``: :meth:`own_section`."""
         return None
 
     def at_version(self, version: str | None) -> tuple["Engine", str | None]:
@@ -243,7 +261,7 @@ def provenance(params: Any, mode_name: str | None = None) -> dict[str, Any]:
       (``SGLANG_SIMULATE_ACC_LEN`` pins it: draft tokens accepted unverified) or ``real``;
       for a plain-decoding mode ``n/a``; with no mode named, the modes' acceptances joined.
     """
-    eng = engine_for(params)
+    eng = engine_for(params.engine)
     if eng.modelled:
         weights = "emulated"
     else:

@@ -55,24 +55,25 @@ class Sglang0523(Engine):
     module = "sglang.launch_server"
     surface = SURFACES["0.5.23"]
 
-    def flags(self, params: Any, mode_name: str) -> list[str]:
+    def flags(self, mode_name: str, *, mode: Any, model: Any, server: Any) -> list[str]:
         """:func:`lab.engine.command.server_flags`."""
         from lab.engine.command import server_flags
 
-        return server_flags(params, mode_name)
+        return server_flags(mode, model=model, server=server)
 
-    def env(self, params: Any, mode_name: str) -> dict[str, str]:
+    def env(self, mode_name: str, *, mode: Any, server: Any) -> dict[str, str]:
         """:func:`lab.engine.command.sglang_env`."""
         from lab.engine.command import sglang_env
 
-        return sglang_env(params, mode_name)
+        return sglang_env(mode, server=server)
 
-    def preflight(self, params: Any, modes: list[str], *, python: str = sys.executable, timeout_s: float = 180.0,
-                  check_argv: bool = True) -> list[Any]:
+    def preflight(self, modes: Mapping[str, Any], *, model: Any, server: Any, bench: Any, own: Any = None,
+                  python: str = sys.executable, timeout_s: float = 180.0, check_argv: bool = True) -> list[Any]:
         """:func:`lab.engine.preflight.sglang_checks`."""
         from lab.engine.preflight import sglang_checks
 
-        return sglang_checks(params, modes, python=python, timeout_s=timeout_s, check_argv=check_argv)
+        return sglang_checks(self, modes, model=model, server=server, bench=bench, own=own, python=python,
+                             timeout_s=timeout_s, check_argv=check_argv)
 
     def launch_refusal(self, flags: list[str]) -> str | None:
         """:func:`lab.engine.adaptive_rules.adaptive_launch_refusal` of the installed SGLang (None

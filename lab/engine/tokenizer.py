@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lab.workload.context import TokenCount
 
-__all__ = ["TokenizerError", "hf_token_counter", "token_counter"]
+__all__ = ["TokenizerError", "hf_token_counter", "token_counter", "served_counter"]
 
 
 class TokenizerError(RuntimeError):
@@ -64,11 +64,25 @@ def token_counter(params, mode_name: str | None = None) -> TokenCount:
 
     :raises TokenizerError: a real engine whose tokenizer cannot be loaded.
     """
-    from lab.engine.command import model_paths
     from lab.engine.registry import engine_for
 
-    own = engine_for(params).prompt_counter()  # the emulator's own rule
+    eng = engine_for(params.engine)
+    if eng.prompt_counter() is not None:  # the emulator's own rule: no mode needed
+        return eng.prompt_counter()
+    return served_counter(eng, model=params.model, mode=params.mode(mode_name or next(iter(params.modes))))
+
+
+def served_counter(eng, *, model, mode) -> TokenCount:
+    """:func:`token_counter` from the engine (``eng``, a :class:`lab.engine.registry.Engine`),
+    ``params.model`` (``model``) and the launched mode's ``ModeParams`` (``mode``: the target's path
+    under ``model.synthetic``).
+
+    :raises TokenizerError: a real engine whose tokenizer cannot be loaded.
+    """
+    from lab.engine.command import model_paths
+
+    own = eng.prompt_counter()  # the emulator's own rule
     if own is not None:
         return own
-    target, _ = model_paths(params, mode_name or next(iter(params.modes)))
-    return hf_token_counter(target, bool(params.model.trust_remote_code))
+    target, _ = model_paths(mode, model)
+    return hf_token_counter(target, bool(model.trust_remote_code))

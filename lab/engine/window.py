@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONTEXT_LENGTH_KEYS", "Window", "config_context_length", "served_window", "reserved_tokens",
-           "context_window_problems", "check_context_window", "hf_cache_dir"]
+__all__ = ["CONTEXT_LENGTH_KEYS", "Window", "config_context_length", "served_window", "window_of", "reserved_tokens",
+           "context_window_problems", "window_problems", "check_context_window", "hf_cache_dir"]
 
 #: SGLang 0.5.16 ``srt/utils/hf_transformers/common.py`` ``CONTEXT_LENGTH_KEYS``, in its order.
 CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
@@ -93,17 +93,28 @@ def served_window(params) -> Window:
     """
     from lab.engine.registry import engine_for
 
-    if params.server.context_length is not None:
-        return Window(int(params.server.context_length), "server.context_length (--context-length)")
-    if params.model.synthetic:
+    eng = engine_for(params.engine)
+    return window_of(eng, model=params.model, server=params.server, own=eng.own_section(params))
+
+
+def window_of(eng, *, model, server, own=None) -> Window:
+    """:func:`served_window` from the engine and the sections it reads.
+
+    :param eng: the :class:`lab.engine.registry.Engine`; ``model``, ``server``: ``params.model``,
+        ``params.server``; ``own``: ``eng.own_section(params)``.
+    :returns: :class:`Window` (``tokens`` None: not known here).
+    """
+    if server.context_length is not None:
+        return Window(int(server.context_length), "server.context_length (--context-length)")
+    if model.synthetic:
         from lab.engine.synthetic import target_config
 
-        return Window(config_context_length(target_config(params.model.synthetic)),
-                      f"synthetic {params.model.synthetic}'s config (lab/engine/synthetic.py max_position_embeddings)")
-    own = engine_for(params).context_window(params)  # the emulator's model: its own window
-    if own is not None:
-        return Window(*own)
-    cfg, where = _model_config(params.model.path)
+        return Window(config_context_length(target_config(model.synthetic)),
+                      f"synthetic {model.synthetic}'s config (lab/engine/synthetic.py max_position_embeddings)")
+    mine = eng.context_window(own)  # the emulator's model: its own window
+    if mine is not None:
+        return Window(*mine)
+    cfg, where = _model_config(model.path)
     return Window(config_context_length(cfg) if cfg is not None else None, where)
 
 
@@ -128,18 +139,24 @@ def context_window_problems(params, modes: list[str] | None = None) -> tuple[Win
     win = served_window(params)
     if win.tokens is None:
         return win, []
-    names = list(modes or params.modes)
-    reserve = max((reserved_tokens(params.mode(n)) for n in names), default=0)
-    out_max = max(params.bench.output_levels)
+    return win, window_problems(win, [params.mode(n) for n in (modes or params.modes)], params.bench)
+
+
+def window_problems(win: Window, modes: list, bench) -> list[str]:
+    """:func:`context_window_problems`' lines for the served window ``win``, the modes' ``ModeParams``
+    ``modes`` and ``params.bench`` (``bench``); none when ``win.tokens`` is not known."""
+    if win.tokens is None:
+        return []
+    reserve = max((reserved_tokens(m) for m in modes), default=0)
+    out_max = max(bench.output_levels)
     limit = win.tokens - reserve - out_max
-    problems = [
+    return [
         f"bench.context_tokens: {t} tokens of context + {out_max} output tokens"
         + (f" + {reserve} reserved for draft tokens" if reserve else "")
         + f" do not fit the served model's context length of {win.tokens} tokens ({win.source}); SGLang would "
         f"refuse every request. Fix: use at most {max(limit, 0)} (or lower bench.max_new_tokens/output_tokens), "
         "or raise server.context_length if the model supports a longer window"
-        for t in params.bench.context_tokens if t and t > limit]
-    return win, problems
+        for t in bench.context_tokens if t and t > limit]
 
 
 def check_context_window(params, modes: list[str] | None = None) -> Window:

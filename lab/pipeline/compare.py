@@ -68,7 +68,7 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     from lab.engine.registry import find_engine
 
     eng = find_engine(engine) if engine else None
-    profile = eng.cost_profile(params) if eng is not None else None  # the emulator's: params.yaml's emulator.profile
+    profile = eng.cost_profile(eng.own_section(params)) if eng is not None else None  # the emulator's: params.yaml's emulator.profile
     prior = prior_spread(engine, profile)  # documented launch spread (issue 32), or None
     summary = summarize(results, runs, baseline, launch_prior=prior)
     # per-prompt speedup beside the per-repeat one, clustered by launch or repeat where requests share them

@@ -25,14 +25,15 @@ import signal
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
-from lab.config import BenchParams, LabParams
+from lab.config import BenchParams, ModelParams, ModeParams, ServerParams
 from lab.engine.effective import effective_config
 from lab.engine.envcapture import capture_environment
-from lab.engine.preflight import format_table, run_preflight
+from lab.engine.preflight import format_table, preflight_report
 from lab.engine.command import ServerCommand
 from lab.engine.process import ServerProcess, stop_stale_servers
+from lab.engine.registry import Engine
 from lab.engine.startup import StartupTracker
 from lab.measure import client, hygiene
 from lab.measure.point import BenchError, check_alive
@@ -71,26 +72,34 @@ def check_writable(d: Path) -> None:
         raise BenchError(problem)
 
 
-def prepare(params: LabParams, cmd: ServerCommand, out: Path, result: ModeResult, log=print) -> None:
+def prepare(eng: Engine, modes: dict[str, ModeParams], cmd: ServerCommand, out: Path, result: ModeResult,
+            log=print, *, model: ModelParams, server: ServerParams, bench: BenchParams, own: Any = None) -> None:
     """Everything before the engine starts: stale engines stopped (one on our port would
     fail the port check), preflight (``result.preflight``, its table logged), then the
     environment captured (``result.environment_tags``, files under ``out/environment``).
 
+    :param eng: the :class:`lab.engine.registry.Engine` ``cmd`` launches; ``modes``: ``{name: ModeParams}``
+        of the mode(s) checked; ``model``, ``server``, ``bench``: those params.yaml sections; ``own``:
+        ``eng.own_section(params)`` (:func:`lab.engine.preflight.preflight_report`).
     :raises lab.engine.preflight.PreflightError: a preflight check failed.
     """
     stop_stale_servers(log=log)
-    pre = run_preflight(params, [result.mode], python=cmd.argv[0], results_dir=out)
+    pre = preflight_report(eng, modes, model=model, server=server, bench=bench, own=own, python=cmd.argv[0],
+                           results_dir=out)
     result.preflight = pre.to_dict()
     log(f"[lab] {result.mode}: preflight\n{format_table(pre)}")
     pre.raise_if_failed()
     result.environment_tags = capture_environment(out / "environment", python=cmd.argv[0],
-                                                  server_env=cmd.env, engine=params.engine)
+                                                  server_env=cmd.env, engine=eng.name)
 
 
 @contextmanager
-def engine(params: LabParams, cmd: ServerCommand, out: Path, result: ModeResult, log=print) -> Iterator[ServerProcess]:
-    """Start the engine, wait until it is ready, read back what it resolved; yield it; stop
-    its process group on leaving (also on SIGTERM, KeyboardInterrupt or an error).
+def engine(server: ServerParams, cmd: ServerCommand, out: Path, result: ModeResult, log=print) -> Iterator[ServerProcess]:
+    """Start the engine ``cmd`` launches (``cmd.engine``), wait until it is ready, read back what it
+    resolved; yield it; stop its process group on leaving (also on SIGTERM, KeyboardInterrupt or
+    an error).
+
+    :param server: ``params.server`` (``stop_grace_s``, ``startup_timeout_s``, both s).
 
     Fills ``result.startup`` (phases; also when startup fails), ``startup_s`` (s),
     ``engine_version``, ``version_tags`` and ``effective_config``.
@@ -98,17 +107,17 @@ def engine(params: LabParams, cmd: ServerCommand, out: Path, result: ModeResult,
     :raises lab.engine.process.ServerError: the engine exited or was not ready in
         ``server.startup_timeout_s``.
     """
-    with sigterm_as_exit(), ServerProcess(cmd, out / "server.log", stop_grace_s=params.server.stop_grace_s) as srv:
-        log(f"[lab] {result.mode}: starting {params.engine}: {cmd.display()}")
+    with sigterm_as_exit(), ServerProcess(cmd, out / "server.log", stop_grace_s=server.stop_grace_s) as srv:
+        log(f"[lab] {result.mode}: starting {cmd.engine}: {cmd.display()}")
         tracker = StartupTracker(out / "server.log", desc=f"{result.mode} startup")
         try:
-            startup_s = srv.wait_ready(params.server.startup_timeout_s, on_poll=tracker.poll)
+            startup_s = srv.wait_ready(server.startup_timeout_s, on_poll=tracker.poll)
         finally:
             result.startup = tracker.finish(time.perf_counter() - (srv.started_at or time.perf_counter()))
         result.startup["startup_s"] = result.startup_s = startup_s
         info = client.fetch_json(srv.base_url + "/server_info")
         result.engine_version = str(info.get("version", "unknown"))
-        result.version_tags = version_tags(params.engine, info, cmd.argv[0])
+        result.version_tags = version_tags(cmd.engine, info, cmd.argv[0])
         result.effective_config = effective_config(info, (out / "server.log").read_text(errors="replace"))
         yield srv
 

@@ -42,7 +42,7 @@ def mode_run_params(params, mode_name: str) -> dict[str, str]:
         "engine": params.engine, "mode_name": mode_name, "model": params.model.model_dump(),
         "server": params.server.model_dump(), "mode": params.mode(mode_name).model_dump(),
         "bench": params.bench.model_dump(), "lossless": params.lossless.model_dump(),
-        **({sec: getattr(params, sec).model_dump()} if (sec := engine_for(params).params_section) else {}),
+        **({sec: getattr(params, sec).model_dump()} if (sec := engine_for(params.engine).params_section) else {}),
         "mlflow": mlflow})
 
 

@@ -121,16 +121,17 @@ def git_commit(root: Path | None = None) -> str:
 def run_tags(params: LabParams, *, mode: str | None, engine_version: str | None = None) -> dict[str, str]:
     """Standard tags of a lab run (mode, engine, git commit, SGLang version, DVC experiment,
     Slurm job id inside a Slurm job)."""
+    eng = engine_for(params.engine)
     tags = {
         "engine": params.engine,
         "git_commit": git_commit(),
-        "sglang_version": engine_version or ("emulator" if engine_for(params).modelled else "unknown"),
+        "sglang_version": engine_version or ("emulator" if eng.modelled else "unknown"),
     }
     if mode:
         tags["mode"] = mode
     # timing modelled/measured, weights emulated/random/real, acceptance emulated/simulated/real
     tags.update({k: v for k, v in provenance(params, mode if mode in params.modes else None).items() if k != "engine"})
-    if (profile := engine_for(params).cost_profile(params)) is not None:  # timings from a cost profile: which one
+    if (profile := eng.cost_profile(eng.own_section(params))) is not None:  # timings from a cost profile: which one
         tags["emulator_profile"] = profile
     if os.environ.get("DVC_EXP_NAME"):
         tags["dvc_exp_name"] = os.environ["DVC_EXP_NAME"]

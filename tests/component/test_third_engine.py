@@ -89,18 +89,18 @@ class FakeEngine(Engine):
     module = "unused: argv runs this file"
     picks_free_port = True
 
-    def flags(self, params, mode_name):
+    def flags(self, mode_name, *, mode, model, server):
         from lab.engine.command import server_flags
 
-        return server_flags(params, mode_name)
+        return server_flags(mode, model=model, server=server)
 
-    def argv(self, params, mode_name, flags, *, python, ground_truth_file=None, prompt_file=None):
+    def argv(self, mode_name, flags, *, python, own=None, ground_truth_file=None, prompt_file=None):
         return [python, str(Path(__file__).resolve()), *flags]
 
-    def env(self, params, mode_name):
+    def env(self, mode_name, *, mode, server):
         return {"FAKEENG_MODE": mode_name, **({"FAKEENG_TRUTH": TRUTH[0]} if TRUTH else {})}
 
-    def preflight(self, params, modes, *, python, timeout_s, check_argv):
+    def preflight(self, modes, *, model, server, bench, own, python, timeout_s, check_argv):
         from lab.engine.preflight import OK, Check
 
         return [Check("fakeeng", OK, f"nothing to check for {len(modes)} mode(s)")]

@@ -66,10 +66,12 @@ def test_num_prompts_above_the_dataset_is_refused_unless_asked_for(tmp_path):
 
 def test_the_preflight_keeps_the_dataset_errors_own_fix(tmp_path):
     from lab.engine.preflight import _cheap_checks
+    from lab.engine.registry import engine_for
 
     params = load_params(ROOT / "params.yaml")
     params.bench.num_prompts = 41
-    row = next(c for c in _cheap_checks(params, tmp_path) if c.name == "dataset")
+    row = next(c for c in _cheap_checks(engine_for(params.engine), params.server, params.bench, tmp_path)
+               if c.name == "dataset")
     assert row.status != "ok" and "41" in row.detail and "at most 40" in row.fix
 
 
