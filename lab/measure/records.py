@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from lab.measure.prometheus import SERVER_TIMING_KEYS
+from lab.measure.request_record import RequestRecord, as_record, as_records
 
 __all__ = ["LATENCY_METRICS", "request_metrics", "measured_window_s", "summarize_run"]
 
@@ -22,7 +23,7 @@ __all__ = ["LATENCY_METRICS", "request_metrics", "measured_window_s", "summarize
 LATENCY_METRICS = ("ttft_ms", "itl_ms", "icl_ms", "tpot_ms", "e2e_ms", "dispatch_delay_ms")
 
 
-def request_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
+def request_metrics(record: RequestRecord | Mapping[str, Any]) -> dict[str, Any]:
     """Per-request latency metrics from one client record (DESIGN.md, "Measurement definitions").
 
     Times in the record are ``perf_counter`` seconds; ``chunks`` is ``[[t_s, n_tokens], ...]``
@@ -44,20 +45,22 @@ def request_metrics(record: Mapping[str, Any]) -> dict[str, Any]:
       token included; ``tokenizer_manager.py``); None without speculation
     - ``token_accounting_ok``: sum of chunk tokens == N
 
-    :param record: one client record (docs/contracts.md).
+    :param record: one client record (docs/contracts.md), or a ``requests.jsonl`` row read from a
+        file (:meth:`lab.measure.request_record.RequestRecord.from_json`).
     :returns: dict with the keys above plus ``ok``, ``completion_tokens``,
         ``spec_verify_ct``, ``n_chunks``, ``chunk_tokens``; a value that cannot be computed
         (failed request, a single token, no chunks) is None (lists are empty).
     """
-    chunks = record.get("chunks") or []
-    n_tok = record.get("completion_tokens")
-    meta = record.get("meta_info") or {}
+    record = as_record(record)
+    chunks = record.chunks or []
+    n_tok = record.completion_tokens
+    meta = record.meta_info or {}
     verify_ct = meta.get("spec_verify_ct")
     speculative = bool(verify_ct)
-    t_send, t_end, t_dispatch = record.get("t_send"), record.get("t_end"), record.get("t_dispatch")
+    t_send, t_end, t_dispatch = record.t_send, record.t_end, record.t_dispatch
     chunk_tokens = sum(int(c[1]) for c in chunks)
     out: dict[str, Any] = {
-        "ok": bool(record.get("ok")),
+        "ok": bool(record.ok),
         "completion_tokens": n_tok,
         "spec_verify_ct": verify_ct if speculative else None,
         "speculative": speculative,
@@ -112,20 +115,22 @@ def _median(values: Sequence[float]) -> float | None:
     return float(np.median(values)) if len(values) else None
 
 
-def measured_window_s(records: Sequence[Mapping[str, Any]]) -> float | None:
-    """Wall time of a run from its records: max(t_end) - min(t_dispatch), seconds.
+def measured_window_s(records: Sequence[RequestRecord | Mapping[str, Any]]) -> float | None:
+    """Wall time of a run from its records (:class:`~lab.measure.request_record.RequestRecord`,
+    or rows read from a file): max(t_end) - min(t_dispatch), seconds.
 
     Records never sent (``t_dispatch`` None) are ignored; None if no record was sent.
     """
-    starts = [r["t_dispatch"] for r in records if r.get("t_dispatch") is not None]
-    ends = [r["t_end"] for r in records if r.get("t_end") is not None]
+    records = as_records(records)
+    starts = [r.t_dispatch for r in records if r.t_dispatch is not None]
+    ends = [r.t_end for r in records if r.t_end is not None]
     if not starts or not ends:
         return None
     return max(ends) - min(starts)
 
 
 def summarize_run(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[RequestRecord | Mapping[str, Any]],
     *,
     wall_s: float,
     server: Mapping[str, Any] | None = None,
@@ -152,7 +157,8 @@ def summarize_run(
       ``server`` (the whole dict, with raw deltas)
     - ``token_accounting_ok``: every ok request's chunk tokens sum to completion_tokens
 
-    :param records: client records of the run (warm-up excluded by the caller).
+    :param records: client records of the run (warm-up excluded by the caller), or rows read
+        from a ``requests.jsonl``.
     :param wall_s: measured window, seconds (> 0), e.g. :func:`measured_window_s`.
     :param server: optional :func:`lab.measure.prometheus.server_timing` output, optionally with a
         ``"step_time_ms"`` entry from :func:`lab.measure.server_info.step_time_ms`.
@@ -162,14 +168,15 @@ def summarize_run(
     """
     if not wall_s or wall_s <= 0:
         raise ValueError(f"wall_s={wall_s}: must be a positive duration in seconds")
+    records = as_records(records)
     per = [request_metrics(r) for r in records]
     ok = [m for m in per if m["ok"]]
     n = len(records)
-    not_sent = sum(1 for r in records if not r.get("ok") and r.get("t_send") is None)
+    not_sent = sum(1 for r in records if not r.ok and r.t_send is None)
     tokens = sum(m["completion_tokens"] or 0 for m in ok)
     out: dict[str, Any] = {}
     for key in ("mode", "concurrency", "repeat"):
-        vals = {r.get(key) for r in records}
+        vals = {getattr(r, key) for r in records}
         out[key] = vals.pop() if len(vals) == 1 else None
     out.update(
         requests=n,

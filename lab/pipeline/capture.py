@@ -153,8 +153,8 @@ def capture_mode(params, mode: str, out: Path, *, requests: int = 8, concurrency
                                                         rid_prefix=f"{mode}-{window_key(c, ctx)}-{phase}",
                                                         progress_desc=None, mode=mode, repeat=0)
                     for r in recs:
-                        req_file.write(json.dumps({**r, "concurrency": c, "context_tokens": ctx,
-                                                   "counted_prompt_tokens": counted.get(r.get("prompt_index")),
+                        req_file.write(json.dumps({**r.to_json(), "concurrency": c, "context_tokens": ctx,
+                                                   "counted_prompt_tokens": counted.get(r.prompt_index),
                                                    "warmup": phase == "warmup"}) + "\n")
                     if phase == "measured":
                         server = window_server_timing(p_before, client.fetch_text(base + "/metrics"), i_before,
