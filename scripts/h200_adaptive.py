@@ -67,7 +67,7 @@ def load(cap: Path) -> list[dict]:
         for key, w in win.items():
             c, ctx = int(w["concurrency"]), int(w.get("context_tokens") or 0)
             mine = [r for r in recs if not r.warmup and r.concurrency == c and (r.context_tokens or 0) == ctx]
-            tok_s[(mode, key)] = [m for m in (request_metrics(r)["decode_tok_s"] for r in mine) if m]
+            tok_s[(mode, key)] = [m for m in (request_metrics(r).decode_tok_s for r in mine) if m]
             ran = tiers.get(c, steps) if tiers else steps
             rows.append({"mode": mode, "concurrency": c, "context_tokens": ctx, "key": key, "steps": ran,
                          "prompt_tokens": statistics.mean(r.prompt_tokens for r in mine), "requests": len(mine),

@@ -102,7 +102,7 @@ def load_request_speeds(path: str | Path, launch: int = 1) -> list[dict[str, Any
             rec = json.loads(line)
             if rec.get("point") is None:
                 continue
-            speed = request_metrics(rec).get(PAIRED_METRIC) if rec.get("ok") else None
+            speed = getattr(request_metrics(rec), PAIRED_METRIC) if rec.get("ok") else None
             out.append({"launch": launch, "point": rec["point"], "repeat": rec.get("repeat"),
                         "slot": request_slot(rec.get("rid")),
                         "prompt_index": rec.get("prompt_index"), "ok": bool(rec.get("ok")),

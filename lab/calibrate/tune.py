@@ -393,7 +393,7 @@ def _measured_tok_s(d: Path) -> tuple[str, dict[tuple[int, int], list[float]], d
     for r in recs:
         if r.get("warmup") or not r.get("ok", True) or r.get("request_rate"):
             continue
-        v = request_metrics(r).get("decode_tok_s")
+        v = request_metrics(r).decode_tok_s
         if v:
             out.setdefault((int(r["concurrency"]), int(r.get("context_tokens") or 0)), []).append(float(v))
     from lab.measure.decode_log import steps_by_batch

@@ -141,7 +141,7 @@ def client_run_metrics(records: Sequence[RequestRecord | Mapping[str, Any]], ser
     (the same names), plus ``p99_dispatch_delay_ms``, ``token_accounting_ok``, ``errors`` and
     ``completion_tokens_total``."""
     s = summarize_run(records, wall_s=measured_window_s(records), server=server)
-    return {m: s[m] for m in (*accuracy_metrics(), "p99_dispatch_delay_ms", "token_accounting_ok", "errors",
+    return {m: getattr(s, m) for m in (*accuracy_metrics(), "p99_dispatch_delay_ms", "token_accounting_ok", "errors",
                               "completion_tokens_total")}
 
 
@@ -293,7 +293,7 @@ def measure_rates(params: LabParams, mode_name: str, out_dir: Path, *, rates: Se
         good_client = []
         for r in recs:
             m = request_metrics(r)
-            good_client.append(is_good(ttft_from_schedule_ms(r), m["tpot_ms"] if (m["completion_tokens"] or 0) > 1
+            good_client.append(is_good(ttft_from_schedule_ms(r), m.tpot_ms if (m.completion_tokens or 0) > 1
                                        else 0.0, slo))
         send_lag = [(r.t_send - r.t_scheduled) * 1e3 for r in recs]
         arr_lag = [(truth.requests[r.rid]["arrival"] - r.t_scheduled) * 1e3 for r in recs]

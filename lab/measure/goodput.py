@@ -113,14 +113,14 @@ def run_load_metrics(records: Sequence[RequestRecord | Mapping[str, Any]], wall_
     per_user: list[float] = []
     for r in records:
         m = request_metrics(r)
-        if not m["ok"]:
+        if not m.ok:
             continue
         ok += 1
-        n = m["completion_tokens"] or 0
-        if m["e2e_ms"]:
-            per_user.append(n / (m["e2e_ms"] / 1e3))
-        tpot = m["tpot_ms"] if n > 1 else 0.0
-        ttft = ttft_from_schedule_ms(r) if rate_req_s is not None else m["ttft_ms"]
+        n = m.completion_tokens or 0
+        if m.e2e_ms:
+            per_user.append(n / (m.e2e_ms / 1e3))
+        tpot = m.tpot_ms if n > 1 else 0.0
+        ttft = ttft_from_schedule_ms(r) if rate_req_s is not None else m.ttft_ms
         if ttft is not None and is_good(ttft, tpot, slo):
             good += 1
             good_tok += n

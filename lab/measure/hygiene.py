@@ -135,8 +135,8 @@ def accounting_check(records: Records) -> dict[str, Any]:
             continue
         checked += 1
         m = request_metrics(r)
-        if not m["token_accounting_ok"]:
-            bad.append({"rid": r.rid, "streamed": m["chunk_tokens"], "completion_tokens": m["completion_tokens"]})
+        if not m.token_accounting_ok:
+            bad.append({"rid": r.rid, "streamed": m.chunk_tokens, "completion_tokens": m.completion_tokens})
     return {"ok": not bad, "checked": checked, "mismatch_count": len(bad), "mismatches": bad[:10]}
 
 
@@ -160,7 +160,7 @@ def coefficient_of_variation(values: Sequence[float]) -> float:
 
 
 def _mean_icl_ms(record: RequestRecord | Mapping[str, Any]) -> float | None:
-    icl = request_metrics(record)["icl_ms"]
+    icl = request_metrics(record).icl_ms
     return float(np.mean(icl)) if icl else None
 
 
@@ -236,8 +236,9 @@ def stall_check(records: Records, *, factor: float = STALL_FACTOR,
         "requests"}]}`` (start in the records' clock); medians None without two chunks anywhere.
     """
     ok = [r for r in as_records(records) if r.ok and r.chunks]
-    icl = [g for r in ok for g in request_metrics(r)["icl_ms"]]
-    ttfts = [v for v in (request_metrics(r)["ttft_ms"] for r in ok) if v is not None]
+    per = [request_metrics(r) for r in ok]
+    icl = [g for m in per for g in m.icl_ms]
+    ttfts = [m.ttft_ms for m in per if m.ttft_ms is not None]
     out: dict[str, Any] = {"median_icl_ms": None, "threshold_ms": None,
                            "max_ttft_ms": max(ttfts) if ttfts else None, "stalls": []}
     if not icl:

@@ -166,7 +166,8 @@ def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], spe
     :param out: the mode's results dir (``server.log`` read for the window's log lines).
     :param req_file: ``requests.jsonl`` open for appending; each record is written at once.
     :param result: the mode's result; its ``records`` and ``telemetry`` grow as this measures.
-    :returns: the repeat's summary (:func:`lab.measure.records.summarize_run` plus
+    :returns: the repeat's summary (:meth:`lab.measure.records.RunSummary.to_dict` of
+        :func:`lab.measure.records.summarize_run`, plus
         ``crosscheck``, ``hygiene``, ``gpu_telemetry``, ``concurrency``, ``repeat``,
         ``context_tokens``, ``max_new_tokens``, ``point``, ``request_rate`` and
         :func:`lab.measure.goodput.run_load_metrics`): one ``runs.json`` row.
@@ -207,7 +208,7 @@ def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], spe
             f"{recs[0].error if recs else 'no requests'}. Fix: see "
             f"{out / 'requests.jsonl'} and {out / 'server.log'}; raise "
             "bench.request_timeout_s if requests timed out")
-    summary = add_cross_checks(summarize_run(recs, wall_s=window, server=server))
+    summary = add_cross_checks(summarize_run(recs, wall_s=window, server=server).to_dict())  # the runs.json row
     summary.update(concurrency=c, repeat=rep, context_tokens=point.context_tokens,
                    max_new_tokens=point.output_tokens, point=point.key, gpu_telemetry=gpu.summary(),
                    request_rate=point.request_rate,  # goodput under bench.slo etc. (lab/analysis/load.py)

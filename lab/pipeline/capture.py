@@ -160,7 +160,7 @@ def capture_mode(params, mode: str, out: Path, *, requests: int = 8, concurrency
                         server = window_server_timing(p_before, client.fetch_text(base + "/metrics"), i_before,
                                                       client.fetch_json(base + "/server_info"), lw.read(),
                                                       speculative=params.mode(mode).is_speculative)
-                        summ = summarize_run(recs, wall_s=measured_window_s(recs) or 0.0, server=server)
+                        summ = summarize_run(recs, wall_s=measured_window_s(recs) or 0.0, server=server).to_dict()
                         summ["gpu_telemetry"] = tel = gpu.summary()
                         summ["energy_mj_per_output_token"] = energy_per_token_mj(tel, summ.get("completion_tokens_total") or 0)
                         summ["context_tokens"] = ctx
