@@ -35,6 +35,7 @@ from lab.analysis.estimates import Ratio  # noqa: E402
 from lab.engine.command import flag_value  # noqa: E402
 from lab.measure.decode_log import steps_by_batch  # noqa: E402
 from lab.measure.records import request_metrics  # noqa: E402
+from lab.measure.request_record import RequestRecord  # noqa: E402
 
 TARBALL = ROOT / "tests" / "fixtures" / "sglang-0.5.16" / "kshard-adaptive.tar.xz"
 MODES = ("baseline", "eagle3_decode", "eagle3_steps1", "eagle3_steps3", "eagle3_adaptive")
@@ -63,16 +64,16 @@ def load(cap: Path) -> list[dict]:
     for mode in MODES:
         d = cap / mode
         win = json.loads((d / "window.json").read_text())
-        recs = [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines() if x.strip()]
+        recs = [RequestRecord.from_json(json.loads(x)) for x in (d / "requests.jsonl").read_text().splitlines() if x.strip()]
         steps = launch_steps(json.loads((d / "launch.json").read_text()))
         tiers = steps_by_batch((d / "server.log").read_text(errors="replace")) if mode == "eagle3_adaptive" else {}
         for key, w in win.items():
             c, ctx = int(w["concurrency"]), int(w.get("context_tokens") or 0)
-            mine = [r for r in recs if not r["warmup"] and r["concurrency"] == c and (r.get("context_tokens") or 0) == ctx]
-            tok_s[(mode, key)] = [m for m in (request_metrics(r)["decode_tok_s"] for r in mine) if m]
+            mine = [r for r in recs if not r.warmup and r.concurrency == c and (r.context_tokens or 0) == ctx]
+            tok_s[(mode, key)] = [m for m in (request_metrics(r).decode_tok_s for r in mine) if m]
             ran = tiers.get(c, steps) if tiers else steps
             rows.append({"mode": mode, "concurrency": c, "context_tokens": ctx, "key": key, "steps": ran,
-                         "prompt_tokens": statistics.mean(r["prompt_tokens"] for r in mine), "requests": len(mine),
+                         "prompt_tokens": statistics.mean(r.prompt_tokens for r in mine), "requests": len(mine),
                          "verify_ms": w.get("verify_ms"), "draft_ms": w.get("draft_ms"), "decode_ms": w.get("decode_ms"),
                          "accept_length": w.get("accept_length"), "decode_tok_s": statistics.median(tok_s[(mode, key)]),
                          "output_tok_s": w["output_tok_s"]})

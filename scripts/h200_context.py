@@ -32,6 +32,7 @@ from lab.analysis.estimates import Ratio  # noqa: E402
 from lab.analysis.theory import break_even_accept_length  # noqa: E402
 from lab.engine.effective import draft_attention_backend, effective_config  # noqa: E402
 from lab.measure.records import request_metrics  # noqa: E402
+from lab.measure.request_record import RequestRecord  # noqa: E402
 
 CAP = ROOT / "tests" / "fixtures" / "sglang-0.5.16" / "kshard-context"
 BACKENDS = ("triton", "flashinfer")
@@ -53,13 +54,13 @@ def load() -> list[dict]:
             win = json.loads((d / "window.json").read_text())
             eff = effective_config(json.loads((d / "server_info.after.json").read_text()),
                                    (d / "server.log").read_text(errors="replace"))
-            recs = [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines() if x.strip()]
+            recs = [RequestRecord.from_json(json.loads(x)) for x in (d / "requests.jsonl").read_text().splitlines() if x.strip()]
             for key, w in win.items():
                 c, ctx = int(w["concurrency"]), int(w.get("context_tokens") or 0)
-                mine = [r for r in recs if not r["warmup"] and r["concurrency"] == c and (r.get("context_tokens") or 0) == ctx]
-                tok_s[(mode, key)] = [m for m in (request_metrics(r)["decode_tok_s"] for r in mine) if m]
+                mine = [r for r in recs if not r.warmup and r.concurrency == c and (r.context_tokens or 0) == ctx]
+                tok_s[(mode, key)] = [m for m in (request_metrics(r).decode_tok_s for r in mine) if m]
                 rows.append({"backend": backend, "mode": mode, "concurrency": c, "context_tokens": ctx, "key": key,
-                             "prompt_tokens": statistics.mean(r["prompt_tokens"] for r in mine),
+                             "prompt_tokens": statistics.mean(r.prompt_tokens for r in mine),
                              "requests": len(mine), "decode_ms": w.get("decode_ms"), "verify_ms": w.get("verify_ms"),
                              "draft_ms": w.get("draft_ms"), "decode_tok_s": w.get("decode_tok_s"),
                              "accept_length": w.get("accept_length"),

@@ -40,19 +40,20 @@ from lab.analysis.estimates import Estimate, Ratio  # noqa: E402
 from lab.analysis.load import beats_sentence, beats_up_to, goodput_speedup_launches  # noqa: E402
 from lab.measure.goodput import DEFINITION_VERSION, run_load_metrics  # noqa: E402
 from lab.measure.records import measured_window_s  # noqa: E402
+from lab.measure.request_record import RequestRecord  # noqa: E402
 
 FOLDER = ROOT / "docs" / "benchmarks" / "h200-sglang-0.5.16"
 METRICS = ("goodput_req_s", "goodput_tok_s", "slo_attainment", "request_throughput_req_s")
 SPEEDUP = "speedup_goodput_req_s"
 
 
-def _records(path: Path) -> dict[tuple[str, int], list[dict[str, Any]]]:
-    out: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+def _records(path: Path) -> dict[tuple[str, int], list[RequestRecord]]:
+    out: dict[tuple[str, int], list[RequestRecord]] = defaultdict(list)
     with open(path) as f:
         for line in f:
-            r = json.loads(line)
-            point = r.get("point") or f"c{r.get('concurrency')}"
-            out[(point, int(r["repeat"]))].append(r)
+            r = RequestRecord.from_json(json.loads(line))
+            point = r.point or f"c{r.concurrency}"
+            out[(point, int(r.repeat))].append(r)
     return out
 
 
@@ -69,7 +70,7 @@ def recompute(folder: Path = FOLDER) -> list[dict[str, Any]]:
                 for r in json.loads((mode_dir / "runs.json").read_text())}
         for (point, repeat), recs in sorted(_records(mode_dir / "requests.jsonl").items()):
             old = runs.get((point, repeat)) or {}
-            rate = next((r.get("request_rate") for r in recs if r.get("request_rate")), None)
+            rate = next((r.request_rate for r in recs if r.request_rate), None)
             new = run_load_metrics(recs, measured_window_s(recs), slo, rate)
             rows.append({"mode": mode_dir.name, "point": point, "repeat": repeat, "engine": result.get("engine"),
                          "requests": len(recs), "request_rate": rate,

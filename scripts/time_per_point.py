@@ -13,18 +13,22 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lab.measure.request_record import RequestRecord  # noqa: E402
+
 
 def windows_s(path: Path) -> dict[str, float]:
     """``{"concurrency": s, "rate": s}``: summed (point, repeat) windows of one mode's requests."""
-    groups: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    groups: dict[tuple[str, int], list[RequestRecord]] = defaultdict(list)
     for line in path.read_text().splitlines():
-        r = json.loads(line)
-        if r.get("t_send") is not None and r.get("t_end") is not None:
-            groups[(str(r.get("point") or f"c{r['concurrency']}"), r["repeat"])].append(r)
+        r = RequestRecord.from_json(json.loads(line))
+        if r.t_send is not None and r.t_end is not None:
+            groups[(str(r.point or f"c{r.concurrency}"), r.repeat)].append(r)
     out = {"concurrency": 0.0, "rate": 0.0}
     for (point, _), recs in groups.items():
         kind = "rate" if point.startswith("r") else "concurrency"
-        out[kind] += max(r["t_end"] for r in recs) - min(r["t_send"] for r in recs)
+        out[kind] += max(r.t_end for r in recs) - min(r.t_send for r in recs)
     return out
 
 

@@ -10,12 +10,14 @@ the engine has stopped (and on failure, for ``levels_partial``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from lab import catalog
 from lab.analysis import stats
 from lab.measure.point import level_key
+from lab.measure.request_record import RequestRecord, as_records
 
 __all__ = ["headline_metrics", "levels_table", "aggregate_point", "aggregate_levels", "telemetry_level", "headline",
            "ground_truth"]
@@ -110,7 +112,7 @@ def headline(levels: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return head
 
 
-def ground_truth(truth_path: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
+def ground_truth(truth_path: Path, records: Sequence[RequestRecord | Mapping[str, Any]]) -> dict[str, Any]:
     """What the emulator actually delivered, aggregated exactly like the client's figures.
 
     Per (point, repeat): the ground-truth counterpart of every metric :mod:`lab.catalog` gives
@@ -119,7 +121,8 @@ def ground_truth(truth_path: Path, records: list[dict[str, Any]]) -> dict[str, A
     emulator's side file (:mod:`lab.emulator.truth`) after the run; the client never reads it.
 
     :param truth_path: the emulator's ``ground_truth.jsonl``.
-    :param records: the run's request records (``requests.jsonl`` rows).
+    :param records: the run's request records (:class:`lab.measure.request_record.RequestRecord`,
+        or ``requests.jsonl`` rows).
     :returns: ``{<point>: {"decode_tok_s", "accept_length", "verify_ms"...}, "fidelity": {...}}``.
     """
     import statistics
@@ -127,17 +130,18 @@ def ground_truth(truth_path: Path, records: list[dict[str, Any]]) -> dict[str, A
     from lab.emulator.truth import load_truth
 
     truth = load_truth(truth_path)
+    records = as_records(records)
     out: dict[str, Any] = {}
-    points = list(dict.fromkeys(r.get("point", level_key(r["concurrency"])) for r in records))
+    points = list(dict.fromkeys(r.point or level_key(r.concurrency) for r in records))
     for point in points:
         per_repeat: list[dict[str, float | None]] = []
-        mine = [r for r in records if r.get("point", level_key(r["concurrency"])) == point]
-        for rep in sorted({r["repeat"] for r in mine}):
-            recs = [r for r in mine if r["repeat"] == rep and r["ok"] and r["rid"] in truth.requests]
+        mine = [r for r in records if (r.point or level_key(r.concurrency)) == point]
+        for rep in sorted({r.repeat for r in mine}):
+            recs = [r for r in mine if r.repeat == rep and r.ok and r.rid in truth.requests]
             if not recs:
                 continue
-            per_repeat.append(truth.run_metrics([r["rid"] for r in recs], t0=min(r["t_send"] for r in recs),
-                                                t1=max(r["t_end"] for r in recs)))
+            per_repeat.append(truth.run_metrics([r.rid for r in recs], t0=min(r.t_send for r in recs),
+                                                t1=max(r.t_end for r in recs)))
         if per_repeat:
             out[point] = {
                 k: (statistics.fmean(vals) if (vals := [p[k] for p in per_repeat if p[k] is not None]) else None)

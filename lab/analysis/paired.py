@@ -53,6 +53,7 @@ from lab.analysis import stats
 from lab.analysis.estimates import WITHIN_ONE_LAUNCH, Ratio, across_launches
 from lab.catalog import speedup_key
 from lab.measure.records import request_metrics
+from lab.measure.request_record import RequestRecord
 
 __all__ = ["load_request_speeds", "paired_speedup", "add_paired", "request_slot", "pair_unit", "PAIRED_METRIC",
            "METHOD", "UNITS"]
@@ -99,14 +100,14 @@ def load_request_speeds(path: str | Path, launch: int = 1) -> list[dict[str, Any
         for line in f:
             if not line.strip():
                 continue
-            rec = json.loads(line)
-            if rec.get("point") is None:
+            rec = RequestRecord.from_json(json.loads(line))
+            if rec.point is None:
                 continue
-            speed = request_metrics(rec).get(PAIRED_METRIC) if rec.get("ok") else None
-            out.append({"launch": launch, "point": rec["point"], "repeat": rec.get("repeat"),
-                        "slot": request_slot(rec.get("rid")),
-                        "prompt_index": rec.get("prompt_index"), "ok": bool(rec.get("ok")),
-                        "request_rate": rec.get("request_rate"), PAIRED_METRIC: speed})
+            speed = getattr(request_metrics(rec), PAIRED_METRIC) if rec.ok else None
+            out.append({"launch": launch, "point": rec.point, "repeat": rec.repeat,
+                        "slot": request_slot(rec.rid),
+                        "prompt_index": rec.prompt_index, "ok": bool(rec.ok),
+                        "request_rate": rec.request_rate, PAIRED_METRIC: speed})
     return out
 
 

@@ -47,6 +47,8 @@ from typing import Any
 
 from scipy import stats
 
+from lab.measure.request_record import RequestRecord, as_records
+
 __all__ = ["HISTOGRAM_KEY", "add_histogram", "METHOD", "position_rates", "implied_accept_length", "accept_length_gap_bound",
            "point_acceptance", "acceptance_by_position", "acceptance_metrics", "chain_depth", "acceptance_rows"]
 
@@ -139,7 +141,7 @@ def chain_depth(effective_config: Mapping[str, Any] | None) -> int | None:
     return depth if depth and depth > 0 else None
 
 
-def point_acceptance(records: Sequence[Mapping[str, Any]], num_steps: int, confidence: float = 0.95) -> dict[str, Any] | None:
+def point_acceptance(records: Sequence[RequestRecord | Mapping[str, Any]], num_steps: int, confidence: float = 0.95) -> dict[str, Any] | None:
     """Pooled acceptance by position of ``records`` (ok requests of one group).
 
     :returns: ``{"positions": position_rates rows, "implied_accept_length", "accept_length"
@@ -147,27 +149,27 @@ def point_acceptance(records: Sequence[Mapping[str, Any]], num_steps: int, confi
         (:func:`accept_length_gap_bound`), "cycles", "requests"}``, or None when no record has a
         histogram.
     """
-    recs = [dict(r) for r in records if r.get("ok", True) and (r.get("meta_info") or {}).get(HISTOGRAM_KEY)]
+    recs = [r for r in as_records(records) if r.ok and (r.meta_info or {}).get(HISTOGRAM_KEY)]
     if not recs:
         return None
     succ, trials = [0] * num_steps, [0] * num_steps
-    cycles = sum(add_histogram(succ, trials, r["meta_info"][HISTOGRAM_KEY]) for r in recs)
+    cycles = sum(add_histogram(succ, trials, r.meta_info[HISTOGRAM_KEY]) for r in recs)
     rows = position_rates(succ, trials, confidence)
-    vct = sum(int(r["meta_info"].get("spec_verify_ct") or sum(r["meta_info"][HISTOGRAM_KEY])) for r in recs)
-    ct = sum(int(r.get("completion_tokens") or 0) for r in recs)
+    vct = sum(int(r.meta_info.get("spec_verify_ct") or sum(r.meta_info[HISTOGRAM_KEY])) for r in recs)
+    ct = sum(int(r.completion_tokens or 0) for r in recs)
     return {"positions": rows, "implied_accept_length": implied_accept_length([r["accept_rate"] for r in rows]),
             "accept_length": ct / vct if vct else None,
             "gap_bound": accept_length_gap_bound(len(recs), vct, num_steps) if vct else None,
             "cycles": cycles, "requests": len(recs)}
 
 
-def acceptance_by_position(records: Sequence[Mapping[str, Any]], effective_config: Mapping[str, Any] | None,
+def acceptance_by_position(records: Sequence[RequestRecord | Mapping[str, Any]], effective_config: Mapping[str, Any] | None,
                            categories: Sequence[str] | None = None, *, simulated: bool = False,
                            confidence: float = 0.95) -> dict[str, Any] | None:
     """The ``result.json`` section ``acceptance_by_position`` of one mode.
 
-    :param records: the mode's ``requests.jsonl`` rows (``point``, ``prompt_index``,
-        ``context_tokens``, ``meta_info``).
+    :param records: the mode's request records (:class:`lab.measure.request_record.RequestRecord`,
+        or ``requests.jsonl`` rows: ``point``, ``prompt_index``, ``context_tokens``, ``meta_info``).
     :param effective_config: the resolved server arguments (:func:`chain_depth`).
     :param categories: the category of each prompt index (``result.json`` ``dataset.categories``), or None.
     :param simulated: the launch set ``SGLANG_SIMULATE_ACC_LEN``.
@@ -179,24 +181,24 @@ def acceptance_by_position(records: Sequence[Mapping[str, Any]], effective_confi
     if depth is None:
         return None
     points: dict[str, Any] = {}
-    by_point: dict[str, list[Mapping[str, Any]]] = {}
-    for r in records:
-        if r.get("ok", True):
-            by_point.setdefault(str(r.get("point") or f"c{r.get('concurrency')}"), []).append(r)
+    by_point: dict[str, list[RequestRecord]] = {}
+    for r in as_records(records):
+        if r.ok:
+            by_point.setdefault(str(r.point or f"c{r.concurrency}"), []).append(r)
     for point, recs in by_point.items():
         pooled = point_acceptance(recs, depth, confidence)
         if pooled is None:
             continue
         if categories:
-            groups: dict[str, list[Mapping[str, Any]]] = {}
+            groups: dict[str, list[RequestRecord]] = {}
             for r in recs:
-                i = r.get("prompt_index")
+                i = r.prompt_index
                 if isinstance(i, int) and 0 <= i < len(categories):
                     groups.setdefault(str(categories[i]), []).append(r)
             pooled["by_category"] = {c: a for c, g in groups.items() if (a := point_acceptance(g, depth, confidence))}
-        ctx: dict[str, list[Mapping[str, Any]]] = {}
+        ctx: dict[str, list[RequestRecord]] = {}
         for r in recs:
-            ctx.setdefault(str(int(r.get("context_tokens") or 0)), []).append(r)
+            ctx.setdefault(str(int(r.context_tokens or 0)), []).append(r)
         pooled["by_context"] = {c: a for c, g in ctx.items() if (a := point_acceptance(g, depth, confidence))}
         points[point] = pooled
     if not points:

@@ -71,11 +71,13 @@ import json
 import math
 import re
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lab.analysis.position_acceptance import add_histogram
+from lab.measure.request_record import RequestRecord, as_records
 
 __all__ = ["CalibrationInputError", "MeasuredConfig", "Window", "Acceptance", "Observations", "read_results", "measured_config",
            "config_key"]
@@ -264,28 +266,28 @@ def measured_config(name: str, path: Path, result: dict[str, Any]) -> MeasuredCo
         simulate_accept_length=sim_f if (sim_f and sim_f > 0) else None)
 
 
-def _chunk_grants(rec: dict[str, Any]) -> list[int] | None:
+def _chunk_grants(rec: RequestRecord) -> list[int] | None:
     """Tokens per decode iteration of a request, when its chunks are one per iteration: the
     first chunk is the prefill's token, then one chunk per decode iteration (speculative:
     ``len(chunks) - 1 == spec_verify_ct``; baseline: every later chunk carries 1 token)."""
-    chunks = rec.get("chunks") or []
+    chunks = rec.chunks or []
     if len(chunks) < 1 or int(chunks[0][1]) != 1:
         return None
     grants = [int(c[1]) for c in chunks[1:]]
-    verify_ct = (rec.get("meta_info") or {}).get("spec_verify_ct")
+    verify_ct = (rec.meta_info or {}).get("spec_verify_ct")
     if verify_ct:
         return grants if len(grants) == int(verify_ct) else None
     return grants if all(g == 1 for g in grants) else None
 
 
-def _decode_iterations(rec: dict[str, Any]) -> int:
-    verify_ct = (rec.get("meta_info") or {}).get("spec_verify_ct")
-    return int(verify_ct) if verify_ct else max(0, int(rec.get("completion_tokens") or 0) - 1)
+def _decode_iterations(rec: RequestRecord) -> int:
+    verify_ct = (rec.meta_info or {}).get("spec_verify_ct")
+    return int(verify_ct) if verify_ct else max(0, int(rec.completion_tokens or 0) - 1)
 
 
-def _kv_sum(rec: dict[str, Any]) -> float:
+def _kv_sum(rec: RequestRecord) -> float:
     """Sum over the request's decode iterations of its KV tokens at that iteration."""
-    prompt = int(rec.get("prompt_tokens") or (rec.get("meta_info") or {}).get("prompt_tokens") or 0)
+    prompt = int(rec.prompt_tokens or (rec.meta_info or {}).get("prompt_tokens") or 0)
     grants = _chunk_grants(rec)
     if grants is not None:
         total, done = 0.0, 1
@@ -293,17 +295,18 @@ def _kv_sum(rec: dict[str, Any]) -> float:
             total += prompt + done
             done += g
         return total
-    n = int(rec.get("completion_tokens") or 0)
+    n = int(rec.completion_tokens or 0)
     return _decode_iterations(rec) * (prompt + (1 + n) / 2)
 
 
-def _accept_counts(recs: list[dict[str, Any]], num_steps: int) -> Acceptance:
+def _accept_counts(recs: Sequence[RequestRecord | Mapping[str, Any]], num_steps: int) -> Acceptance:
+    recs = as_records(recs)
     succ, trials = [0] * num_steps, [0] * num_steps
     method = "chunks"
     cycles = used = 0
     for rec in recs:
         grants = _chunk_grants(rec)
-        meta = rec.get("meta_info") or {}
+        meta = rec.meta_info or {}
         if grants is not None:
             used += 1
             for i, g in enumerate(grants):
@@ -324,10 +327,10 @@ def _accept_counts(recs: list[dict[str, Any]], num_steps: int) -> Acceptance:
     return Acceptance(successes=succ, trials=trials, method=method, cycles=cycles, requests=used)
 
 
-def _first_group(recs: list[dict[str, Any]], concurrency: int) -> int | None:
+def _first_group(recs: list[RequestRecord], concurrency: int) -> int | None:
     """How many of a closed-loop window's first ``concurrency`` requests got their first token
     together with the earliest one (same prefill: first chunks within 1 ms)."""
-    first = sorted((r["chunks"][0][0], r.get("t_send") or 0.0) for r in recs if r.get("ok") and r.get("chunks"))
+    first = sorted((r.chunks[0][0], r.t_send or 0.0) for r in recs if r.ok and r.chunks)
     if len(first) < concurrency or concurrency < 2:
         return None
     burst = sorted(first, key=lambda x: x[1])[:concurrency]
@@ -335,46 +338,46 @@ def _first_group(recs: list[dict[str, Any]], concurrency: int) -> int | None:
     return sum(1 for t, _ in burst if t - t0 < 1e-3)
 
 
-def _prefill_groups(recs: list[dict[str, Any]]) -> float | None:
+def _prefill_groups(recs: list[RequestRecord]) -> float | None:
     """Prefill iterations of a window counted from the client side (module docstring), or None
     when the chunks are too few to tell."""
-    gaps = [b[0] - a[0] for r in recs for a, b in zip(r.get("chunks") or [], (r.get("chunks") or [])[1:])]
-    firsts = sorted(r["chunks"][0][0] for r in recs if r.get("chunks"))
+    gaps = [b[0] - a[0] for r in recs for a, b in zip(r.chunks or [], (r.chunks or [])[1:])]
+    firsts = sorted(r.chunks[0][0] for r in recs if r.chunks)
     if not gaps or not firsts:
         return None
     tol = 0.5 * sorted(gaps)[len(gaps) // 2]
     return float(1 + sum(1 for a, b in zip(firsts, firsts[1:]) if b - a > tol))
 
 
-def _turnaround_ms(recs: list[dict[str, Any]]) -> float | None:
+def _turnaround_ms(recs: list[RequestRecord]) -> float | None:
     """Median gap (ms) from one request's last chunk to the next request's send (closed loop, c=1)."""
-    seq = sorted((r["t_send"], r["chunks"][-1][0]) for r in recs if r.get("t_send") is not None and r.get("chunks"))
+    seq = sorted((r.t_send, r.chunks[-1][0]) for r in recs if r.t_send is not None and r.chunks)
     gaps = [b[0] - a[1] for a, b in zip(seq, seq[1:]) if b[0] >= a[1]]
     return sorted(gaps)[len(gaps) // 2] * 1e3 if gaps else None
 
 
-def _decode_wall(recs: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+def _decode_wall(recs: list[RequestRecord]) -> tuple[float | None, float | None]:
     """``(wall ms per decode iteration, mean batch)`` of the requests decoded without a prefill in
     between (module docstring); ``(None, None)`` when there is none."""
-    with_chunks = [r for r in recs if len(r.get("chunks") or []) >= 2 and _decode_iterations(r) > 0]
-    gaps = [b[0] - a[0] for r in with_chunks for a, b in zip(r["chunks"], r["chunks"][1:])]
+    with_chunks = [r for r in recs if len(r.chunks or []) >= 2 and _decode_iterations(r) > 0]
+    gaps = [b[0] - a[0] for r in with_chunks for a, b in zip(r.chunks, r.chunks[1:])]
     if not with_chunks or not gaps:
         return None, None
     tol = 0.5 * sorted(gaps)[len(gaps) // 2]
-    firsts = [r["chunks"][0][0] for r in recs if r.get("chunks")]
-    spans = [(r["chunks"][0][0], r["chunks"][-1][0]) for r in recs if r.get("chunks")]
-    clean = [r for r in with_chunks if not any(r["chunks"][0][0] + tol < f < r["chunks"][-1][0] - tol for f in firsts)]
+    firsts = [r.chunks[0][0] for r in recs if r.chunks]
+    spans = [(r.chunks[0][0], r.chunks[-1][0]) for r in recs if r.chunks]
+    clean = [r for r in with_chunks if not any(r.chunks[0][0] + tol < f < r.chunks[-1][0] - tol for f in firsts)]
     iters = sum(_decode_iterations(r) for r in clean)
     if not iters:
         return None, None
-    seen = [sum(1 for a, b in spans if a - tol <= c[0] <= b + tol) for r in clean for c in r["chunks"][1:]]
-    wall = sum(r["chunks"][-1][0] - r["chunks"][0][0] for r in clean) * 1e3 / iters
+    seen = [sum(1 for a, b in spans if a - tol <= c[0] <= b + tol) for r in clean for c in r.chunks[1:]]
+    wall = sum(r.chunks[-1][0] - r.chunks[0][0] for r in clean) * 1e3 / iters
     return wall, (sum(seen) / len(seen) if seen else None)
 
 
-def _busy_ms(recs: list[dict[str, Any]]) -> float | None:
+def _busy_ms(recs: list[RequestRecord]) -> float | None:
     """Length (ms) of the union of the requests' ``[t_send, last chunk time]`` intervals."""
-    spans = sorted((r["t_send"], r["chunks"][-1][0]) for r in recs if r.get("t_send") is not None and r.get("chunks"))
+    spans = sorted((r.t_send, r.chunks[-1][0]) for r in recs if r.t_send is not None and r.chunks)
     if not spans:
         return None
     total, (lo, hi) = 0.0, spans[0]
@@ -387,7 +390,7 @@ def _busy_ms(recs: list[dict[str, Any]]) -> float | None:
     return (total + hi - lo) * 1e3
 
 
-def _window(cfg: MeasuredConfig, row: dict[str, Any], recs: list[dict[str, Any]]) -> Window | None:
+def _window(cfg: MeasuredConfig, row: dict[str, Any], recs: list[RequestRecord]) -> Window | None:
     server = row.get("server") or {}
     deltas = server.get("deltas") or {}
     graph, eager = deltas.get("decode_cuda_graph_passes"), deltas.get("decode_none_passes")
@@ -395,7 +398,7 @@ def _window(cfg: MeasuredConfig, row: dict[str, Any], recs: list[dict[str, Any]]
         return None
     iters = float(graph or 0.0) + float(eager or 0.0)
     fwd = {k: float(v) * 1e3 for k, v in (deltas.get("forward_s") or {}).items() if v is not None}
-    ok = [r for r in recs if r.get("ok")]
+    ok = [r for r in recs if r.ok]
     steps = sum(_decode_iterations(r) for r in ok)
     pf_g, pf_n = deltas.get("prefill_cuda_graph_passes"), deltas.get("prefill_none_passes")
     if pf_g is not None or pf_n is not None:
@@ -404,7 +407,7 @@ def _window(cfg: MeasuredConfig, row: dict[str, Any], recs: list[dict[str, Any]]
         passes = float(len(ok))
     else:
         passes = _prefill_groups(ok)
-    new_tokens = sum(int(r.get("prompt_tokens") or 0) - int((r.get("meta_info") or {}).get("cached_tokens") or 0)
+    new_tokens = sum(int(r.prompt_tokens or 0) - int((r.meta_info or {}).get("cached_tokens") or 0)
                      for r in ok)
     per_iter = all(_chunk_grants(r) is not None for r in ok) and bool(ok)
     return Window(
@@ -421,18 +424,19 @@ def _window(cfg: MeasuredConfig, row: dict[str, Any], recs: list[dict[str, Any]]
         chunks_per_iteration=per_iter)
 
 
-def _load_jsonl(path: Path) -> list[dict[str, Any]]:
+def _load_jsonl(path: Path) -> list[RequestRecord]:
+    """The request records of a ``requests.jsonl`` ([] without the file)."""
     if not path.is_file():
         return []
     out = []
     for line in path.read_text().splitlines():
         line = line.strip()
         if line:
-            out.append(json.loads(line))
+            out.append(RequestRecord.from_json(json.loads(line)))
     return out
 
 
-def capture_as_result(d: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+def capture_as_result(d: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[RequestRecord]]:
     """A ``lab capture`` folder as ``(result, runs, records)`` in the shapes a bench stage writes.
 
     ``result``: ``status`` ok, ``engine`` from ``launch.json``, ``engine_version`` and
@@ -458,8 +462,9 @@ def capture_as_result(d: Path) -> tuple[dict[str, Any], list[dict[str, Any]], li
     result = {"status": "ok", "engine": launch.get("engine") or "sglang", "engine_version": str(info.get("version")),
               "effective_config": eff, "server_command": env}
     runs = [{**row, "point": key, "repeat": 0} for key, row in json.loads((d / "window.json").read_text()).items()]
-    recs = [{**r, "point": window_key(int(r.get("concurrency") or 0), int(r.get("context_tokens") or 0)), "repeat": 0}
-            for r in _load_jsonl(d / "requests.jsonl") if not r.get("warmup")]
+    recs = [r for r in _load_jsonl(d / "requests.jsonl") if not r.warmup]
+    for r in recs:
+        r.set(point=window_key(int(r.concurrency or 0), int(r.context_tokens or 0)), repeat=0)
     return result, runs, recs
 
 
@@ -501,14 +506,14 @@ def read_results(dirs: list[Path], points: set[str] | None = None) -> Observatio
             recs = _load_jsonl(d / "requests.jsonl")
         if points is not None:
             runs = [r for r in runs if str(r.get("point") or f"c{r.get('concurrency')}") in points]
-            recs = [r for r in recs if str(r.get("point") or f"c{r.get('concurrency')}") in points]
-        by_window: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+            recs = [r for r in recs if str(r.point or f"c{r.concurrency}") in points]
+        by_window: dict[tuple[str, int], list[RequestRecord]] = defaultdict(list)
         for r in recs:
-            by_window[(str(r.get("point") or f"c{r.get('concurrency')}"), int(r.get("repeat") or 0))].append(r)
-            ctx = int(r.get("context_tokens") or 0)
-            if r.get("ok") and r.get("prompt_index") is not None and r.get("prompt_tokens") is not None:
-                cached = int((r.get("meta_info") or {}).get("cached_tokens") or 0)
-                obs.prompt_tokens.setdefault(ctx, {})[int(r["prompt_index"])] = [int(r["prompt_tokens"]), cached]
+            by_window[(str(r.point or f"c{r.concurrency}"), int(r.repeat or 0))].append(r)
+            ctx = int(r.context_tokens or 0)
+            if r.ok and r.prompt_index is not None and r.prompt_tokens is not None:
+                cached = int((r.meta_info or {}).get("cached_tokens") or 0)
+                obs.prompt_tokens.setdefault(ctx, {})[int(r.prompt_index)] = [int(r.prompt_tokens), cached]
         extend_graph_seen = extend_eager_seen = False
         for row in runs:
             key = (str(row.get("point") or f"c{row.get('concurrency')}"), int(row.get("repeat") or 0))
@@ -535,7 +540,7 @@ def read_results(dirs: list[Path], points: set[str] | None = None) -> Observatio
                                     (False if extend_eager_seen else None)})
         obs.configs[d.name] = cfg
         if cfg.speculative and cfg.topk == 1 and cfg.simulate_accept_length is None and cfg.num_steps:
-            obs.acceptance[d.name] = _accept_counts([r for r in recs if r.get("ok")], int(cfg.num_steps))
+            obs.acceptance[d.name] = _accept_counts([r for r in recs if r.ok], int(cfg.num_steps))
         elif cfg.speculative:
             obs.notes.append(f"{d.name}: acceptance not fitted from it ("
                              + ("simulated accept length" if cfg.simulate_accept_length else f"topk {cfg.topk}: a tree draft")

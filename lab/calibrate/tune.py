@@ -387,21 +387,22 @@ def _measured_tok_s(d: Path) -> tuple[str, dict[tuple[int, int], list[float]], d
     speculation, or no log). The ``sglang:spec_num_steps`` gauge after a window is not used: it
     reads the tier of the window's last iterations, where the batch has drained."""
     from lab.measure.records import request_metrics
+    from lab.measure.request_record import RequestRecord
 
-    recs = [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines() if x.strip()]
+    recs = [RequestRecord.from_json(json.loads(x)) for x in (d / "requests.jsonl").read_text().splitlines() if x.strip()]
     out: dict[tuple[int, int], list[float]] = {}
     for r in recs:
-        if r.get("warmup") or not r.get("ok", True) or r.get("request_rate"):
+        if r.warmup or not r.ok or r.request_rate:
             continue
-        v = request_metrics(r).get("decode_tok_s")
+        v = request_metrics(r).decode_tok_s
         if v:
-            out.setdefault((int(r["concurrency"]), int(r.get("context_tokens") or 0)), []).append(float(v))
+            out.setdefault((int(r.concurrency), int(r.context_tokens or 0)), []).append(float(v))
     from lab.measure.decode_log import steps_by_batch
 
     log = d / "server.log"
     by_batch = steps_by_batch(log.read_text(errors="replace")) if log.is_file() else {}
     tiers = {key: by_batch.get(key[0]) for key in out}
-    mode = next((r.get("mode") for r in recs if r.get("mode")), d.name)
+    mode = next((r.mode for r in recs if r.mode), d.name)
     return str(mode), out, tiers
 
 

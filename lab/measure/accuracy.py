@@ -52,6 +52,7 @@ import numpy as np
 from lab.measure import client
 from lab.measure.prometheus import server_timing
 from lab.measure.records import measured_window_s, request_metrics, summarize_run
+from lab.measure.request_record import RequestRecord, as_records
 from lab.catalog import truth_metrics
 from lab.config import LabParams
 from lab.emulator.truth import Truth, load_truth
@@ -110,7 +111,7 @@ def emulator_server(params: LabParams, mode_name: str, out_dir: Path, *, profile
         yield srv, truth_path
 
 
-def delivery_delay_ms(truth: Truth, records: Sequence[Mapping[str, Any]]) -> list[float]:
+def delivery_delay_ms(truth: Truth, records: Sequence[RequestRecord | Mapping[str, Any]]) -> list[float]:
     """Per client chunk: its client timestamp minus the end of the iteration that completed it (ms).
 
     Chunks are matched by cumulative token count (a chunk that coalesced several iterations
@@ -118,9 +119,9 @@ def delivery_delay_ms(truth: Truth, records: Sequence[Mapping[str, Any]]) -> lis
     """
     chunks = truth.chunk_times()
     out: list[float] = []
-    for rec in records:
-        tc = chunks.get(rec["rid"])
-        if not rec.get("ok") or not tc:
+    for rec in as_records(records):
+        tc = chunks.get(rec.rid)
+        if not rec.ok or not tc:
             continue
         cum_end: dict[int, float] = {}
         c = 0
@@ -128,19 +129,19 @@ def delivery_delay_ms(truth: Truth, records: Sequence[Mapping[str, Any]]) -> lis
             c += n
             cum_end[c] = t
         c = 0
-        for t, n in rec["chunks"]:
+        for t, n in rec.chunks:
             c += n
             if c in cum_end:
                 out.append((t - cum_end[c]) * 1e3)
     return out
 
 
-def client_run_metrics(records: Sequence[Mapping[str, Any]], server: Mapping[str, Any]) -> dict[str, Any]:
+def client_run_metrics(records: Sequence[RequestRecord | Mapping[str, Any]], server: Mapping[str, Any]) -> dict[str, Any]:
     """The client's values of :func:`accuracy_metrics` via :func:`lab.measure.records.summarize_run`
     (the same names), plus ``p99_dispatch_delay_ms``, ``token_accounting_ok``, ``errors`` and
     ``completion_tokens_total``."""
     s = summarize_run(records, wall_s=measured_window_s(records), server=server)
-    return {m: s[m] for m in (*accuracy_metrics(), "p99_dispatch_delay_ms", "token_accounting_ok", "errors",
+    return {m: getattr(s, m) for m in (*accuracy_metrics(), "p99_dispatch_delay_ms", "token_accounting_ok", "errors",
                               "completion_tokens_total")}
 
 
@@ -181,13 +182,13 @@ def measure_mode(params: LabParams, mode_name: str, out_dir: Path, *, levels: Se
     out: dict[str, Any] = {"mode": mode_name, "levels": {},
                            "fidelity": {k: vars(f) for k, f in truth.fidelity().items()}}
     for run in runs:
-        recs = [r for r in run["records"] if r["ok"]]
-        tr = truth.run_metrics([r["rid"] for r in recs], t0=run["t0"], t1=run["t1"])
+        recs = [r for r in run["records"] if r.ok]
+        tr = truth.run_metrics([r.rid for r in recs], t0=run["t0"], t1=run["t1"])
         err = {m: relative_error(run["client"].get(m), tr.get(m)) for m in accuracy_metrics()}
         dd = delivery_delay_ms(truth, recs)
         # request delivery: client send -> the server's arrival stamp (HTTP, parsing, queueing in the
         # server's event loop): the part of the client's TTFT that the server cannot see
-        req_ms = [(truth.requests[r["rid"]]["arrival"] - r["t_send"]) * 1e3 for r in recs]
+        req_ms = [(truth.requests[r.rid]["arrival"] - r.t_send) * 1e3 for r in recs]
         out["levels"].setdefault(f"c{run['concurrency']}", {"concurrency": run["concurrency"], "repeats": []})[
             "repeats"].append({"client": run["client"], "truth": tr, "error": err,
                                "delivery_delay_ms": {"p50": float(np.percentile(dd, 50)) if dd else None,
@@ -209,7 +210,7 @@ RATE_METRICS = ("offered_rate_req_s", "output_tok_s", "decode_tok_s", "p50_ttft_
                 "goodput_req_s")
 
 
-def _truth_rate_metrics(truth: Truth, recs: Sequence[Mapping[str, Any]], slo: Any, rate: float) -> dict[str, float | None]:
+def _truth_rate_metrics(truth: Truth, recs: Sequence[RequestRecord | Mapping[str, Any]], slo: Any, rate: float) -> dict[str, float | None]:
     """Ground truth of :data:`RATE_METRICS` for one open-loop run (its ok records).
 
     ``offered_rate_req_s``: (n - 1) / (last - first server arrival stamp); the catalog's
@@ -222,13 +223,14 @@ def _truth_rate_metrics(truth: Truth, recs: Sequence[Mapping[str, Any]], slo: An
     """
     from lab.measure.goodput import is_good
 
-    reqs = [truth.requests[r["rid"]] for r in recs]
+    recs = as_records(recs)
+    reqs = [truth.requests[r.rid] for r in recs]
     arr = sorted(q["arrival"] for q in reqs)
-    ttft = [(q["first_token"] - r["t_scheduled"]) * 1e3 for q, r in zip(reqs, recs)]
+    ttft = [(q["first_token"] - r.t_scheduled) * 1e3 for q, r in zip(reqs, recs)]
     tpot = [((q["last_token"] - q["first_token"]) * 1e3 / (q["completion_tokens"] - 1))
             if q["completion_tokens"] > 1 else 0.0 for q in reqs]
-    window = (max(q["last_token"] for q in reqs) - min(r["t_scheduled"] for r in recs)) if reqs else 0.0
-    base = truth.run_metrics([r["rid"] for r in recs])
+    window = (max(q["last_token"] for q in reqs) - min(r.t_scheduled for r in recs)) if reqs else 0.0
+    base = truth.run_metrics([r.rid for r in recs])
     good = [is_good(a, b, slo) for a, b in zip(ttft, tpot)]
     return {"offered_rate_req_s": (len(arr) - 1) / (arr[-1] - arr[0]) if len(arr) > 1 and arr[-1] > arr[0] else None,
             **{m: base[m] for m in RATE_METRICS if m in base},
@@ -275,7 +277,7 @@ def measure_rates(params: LabParams, mode_name: str, out_dir: Path, *, rates: Se
                     mode=mode_name, repeat=rep, arrivals=arrival_times(n_requests, rate, burstiness, rep))
                 server = server_timing(prom0, client.fetch_text(url + "/metrics"))
                 c = client_run_metrics(recs, server)
-                sends = sorted(r["t_send"] for r in recs if r["t_send"] is not None)
+                sends = sorted(r.t_send for r in recs if r.t_send is not None)
                 c.update(run_load_metrics(recs, measured_window_s(recs), slo, rate),
                          offered_rate_req_s=(len(sends) - 1) / (sends[-1] - sends[0]) if len(sends) > 1 else None)
                 runs.append({"rate": rate, "repeat": rep, "records": recs, "client": c})
@@ -285,16 +287,16 @@ def measure_rates(params: LabParams, mode_name: str, out_dir: Path, *, rates: Se
     out: dict[str, Any] = {"mode": mode_name, "rates": {},
                            "fidelity": {k: vars(f) for k, f in truth.fidelity().items()}}
     for run in runs:
-        recs = [r for r in run["records"] if r["ok"]]
+        recs = [r for r in run["records"] if r.ok]
         tr = _truth_rate_metrics(truth, recs, slo, run["rate"])
         good_truth = tr.pop("_good")
         good_client = []
         for r in recs:
             m = request_metrics(r)
-            good_client.append(is_good(ttft_from_schedule_ms(r), m["tpot_ms"] if (m["completion_tokens"] or 0) > 1
+            good_client.append(is_good(ttft_from_schedule_ms(r), m.tpot_ms if (m.completion_tokens or 0) > 1
                                        else 0.0, slo))
-        send_lag = [(r["t_send"] - r["t_scheduled"]) * 1e3 for r in recs]
-        arr_lag = [(truth.requests[r["rid"]]["arrival"] - r["t_scheduled"]) * 1e3 for r in recs]
+        send_lag = [(r.t_send - r.t_scheduled) * 1e3 for r in recs]
+        arr_lag = [(truth.requests[r.rid]["arrival"] - r.t_scheduled) * 1e3 for r in recs]
         pct = lambda v: {"p50": float(np.percentile(v, 50)), "p99": float(np.percentile(v, 99)),  # noqa: E731
                          "max": float(max(v))}
         out["rates"].setdefault(rate_key(run["rate"]), {"rate": run["rate"], "repeats": []})["repeats"].append({

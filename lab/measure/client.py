@@ -1,8 +1,10 @@
 """Closed-loop streaming benchmark client for SGLang's native ``POST /generate``.
 
 The client only *records*: for every request it keeps ``time.perf_counter()`` timestamps
-and the number of new tokens each streamed chunk delivered, and writes one record per
-request in the format of ``docs/contracts.md`` ("Client request record")::
+and the number of new tokens each streamed chunk delivered, in one
+:class:`lab.measure.request_record.RequestRecord` per request; its
+:meth:`~lab.measure.request_record.RequestRecord.to_json` is the ``requests.jsonl`` line of
+``docs/contracts.md`` ("Client request record")::
 
     {"rid", "mode", "concurrency", "repeat", "prompt_index",
      "t_dispatch", "t_send", "t_end",          # perf_counter seconds (None: not sent)
@@ -56,6 +58,8 @@ from typing import Any, Callable, Sequence
 import aiohttp
 from tqdm import tqdm  # plain text bar: renders in papermill-executed notebooks without ipywidgets
 
+from lab.measure.request_record import RequestRecord
+
 try:  # orjson parses SGLang's growing cumulative chunks ~5x faster; json is the fallback
     from orjson import loads as _json_loads
 except ImportError:  # pragma: no cover
@@ -77,25 +81,8 @@ NOT_SENT_PREFIX = "not sent"
 _ERROR_BODY_CHARS = 500
 
 
-def _new_record(rid: str, prompt_index: int, mode: str, concurrency: int, repeat: int) -> dict[str, Any]:
-    return {
-        "rid": rid,
-        "mode": mode,
-        "concurrency": concurrency,
-        "repeat": repeat,
-        "prompt_index": prompt_index,
-        "t_dispatch": None,
-        "t_send": None,
-        "t_end": None,
-        "chunks": [],
-        "completion_tokens": None,
-        "prompt_tokens": None,
-        "meta_info": {},
-        "ok": False,
-        "error": None,
-        "output_text": "",
-        "output_ids": None,
-    }
+def _new_record(rid: str, prompt_index: int, mode: str, concurrency: int, repeat: int) -> RequestRecord:
+    return RequestRecord(rid=rid, mode=mode, concurrency=concurrency, repeat=repeat, prompt_index=prompt_index)
 
 
 class _ConnectionRefused(Exception):
@@ -189,16 +176,16 @@ async def _one_request(
     session: aiohttp.ClientSession,
     url: str,
     payload: dict[str, Any],
-    rec: dict[str, Any],
+    rec: RequestRecord,
 ) -> None:
     """Send one streaming request and fill ``rec`` in place (never raises, except
     :class:`_ConnectionRefused` after recording the error)."""
     perf = time.perf_counter
     stream = StreamParser()
-    stream.chunks = rec["chunks"]
+    stream.chunks = rec.chunks
     error: str | None = None
     refused = False
-    rec["t_send"] = perf()
+    rec.t_send = perf()
     try:
         async with session.post(url, json=payload) as resp:
             if resp.status != 200:
@@ -216,23 +203,23 @@ async def _one_request(
         error = f"connection failed: {exc}"
         refused = True
     except asyncio.TimeoutError:
-        error = f"timeout after {perf() - rec['t_send']:.1f} s"
+        error = f"timeout after {perf() - rec.t_send:.1f} s"
     except aiohttp.ClientError as exc:
         error = f"{type(exc).__name__}: {exc}"
     except OSError as exc:  # connection reset surfacing as a bare OSError
         error = f"{type(exc).__name__}: {exc}"
-    rec["t_end"] = perf()
+    rec.t_end = perf()
     meta = stream.meta
     fr = meta.get("finish_reason")
     if error is None and isinstance(fr, dict) and fr.get("type") == "abort":
         error = f"request aborted by server: {fr.get('message', fr)}"
-    rec["meta_info"] = meta
-    rec["completion_tokens"] = meta.get("completion_tokens")
-    rec["prompt_tokens"] = meta.get("prompt_tokens")
-    rec["output_text"] = stream.text
-    rec["output_ids"] = stream.output_ids()
-    rec["error"] = error
-    rec["ok"] = error is None
+    rec.meta_info = meta
+    rec.completion_tokens = meta.get("completion_tokens")
+    rec.prompt_tokens = meta.get("prompt_tokens")
+    rec.output_text = stream.text
+    rec.output_ids = stream.output_ids()
+    rec.error = error
+    rec.ok = error is None
     if refused:
         raise _ConnectionRefused(error)
 
@@ -249,9 +236,9 @@ async def run_requests(
     progress_desc: str | None = None,
     mode: str = "",
     repeat: int = 0,
-    on_record: Callable[[dict[str, Any]], None] | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
     arrivals: Sequence[float] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[RequestRecord]:
     """Send ``texts`` to ``{base_url}/generate`` with at most ``concurrency`` in flight
     (closed loop), or on the schedule ``arrivals`` (open loop; module docstring).
 
@@ -277,7 +264,8 @@ async def run_requests(
         start ``t0`` (non-decreasing, >= 0; :func:`lab.workload.arrivals.arrival_times`).
         Request ``i`` is sent at ``t0 + arrivals[i]`` (not before; later only when the cap is
         reached or the client lags) and its record gets ``t_scheduled``.
-    :returns: one record per input, in input order (docs/contracts.md). Errors are never
+    :returns: one :class:`~lab.measure.request_record.RequestRecord` per input, in input order
+        (docs/contracts.md). Errors are never
         dropped: ``ok=False`` with ``error`` text (HTTP status, timeout, connection reset,
         malformed chunk, server error). If the server refuses connections (it died), the
         run stops promptly: requests not yet sent get ``ok=False``, ``t_send=None`` and an
@@ -328,12 +316,12 @@ async def run_requests(
                 except asyncio.QueueEmpty:
                     return
                 rec = records[i]
-                rec["t_dispatch"] = t_due
-                await _send(session, url, _payload(texts[i][1], lengths[i], temperature, rec["rid"]), rec, stop_reason)
-                t_due = rec["t_end"]
+                rec.t_dispatch = t_due
+                await _send(session, url, _payload(texts[i][1], lengths[i], temperature, rec.rid), rec, stop_reason)
+                t_due = rec.t_end
                 if on_record is not None:
                     on_record(rec)
-                tokens_total += rec["completion_tokens"] or 0
+                tokens_total += rec.completion_tokens or 0
                 bar.update(1)
                 bar.set_postfix(tok=tokens_total, refresh=False)
 
@@ -347,19 +335,19 @@ async def run_requests(
     return records
 
 
-def _mark_unsent(records: list[dict[str, Any]], stop_reason: list[str],
-                 on_record: Callable[[dict[str, Any]], None] | None) -> None:
+def _mark_unsent(records: list[RequestRecord], stop_reason: list[str],
+                 on_record: Callable[[RequestRecord], None] | None) -> None:
     """Every request never sent becomes a failed record (``error`` starting with
     :data:`NOT_SENT_PREFIX`, naming why the run stopped), handed to ``on_record`` too."""
     for rec in records:
-        if rec["t_send"] is None:
-            rec["error"] = f"{NOT_SENT_PREFIX}: server unreachable ({stop_reason[0] if stop_reason else 'stopped'})"
-            rec["ok"] = False
+        if rec.t_send is None:
+            rec.error = f"{NOT_SENT_PREFIX}: server unreachable ({stop_reason[0] if stop_reason else 'stopped'})"
+            rec.ok = False
             if on_record is not None:
                 on_record(rec)
 
 
-async def _send(session: aiohttp.ClientSession, url: str, payload: dict[str, Any], rec: dict[str, Any],
+async def _send(session: aiohttp.ClientSession, url: str, payload: dict[str, Any], rec: RequestRecord,
                 stop_reason: list[str]) -> bool:
     """:func:`_one_request`, with a refused connection recorded once in ``stop_reason`` (the
     run stops sending). Returns True when this request was the first refused one."""
@@ -388,7 +376,7 @@ async def _sleep_until(t: float) -> None:
 async def _run_open_loop(*, url: str, texts: list[tuple[int, str]], lengths: list[int], arrivals: list[float],
                          cap: int, temperature: float, timeout_s: float, rid_prefix: str,
                          progress_desc: str | None, mode: str, repeat: int,
-                         on_record: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
+                         on_record: Callable[[RequestRecord], None] | None) -> list[RequestRecord]:
     """The open-loop branch of :func:`run_requests` (its arguments, validated; ``cap`` 0 = no
     cap): one task per request sleeps until ``t0 + arrivals[i]``, takes a slot when capped
     (slots are handed over FIFO with the freeing request's ``t_end``), and streams it."""
@@ -408,23 +396,23 @@ async def _run_open_loop(*, url: str, texts: list[tuple[int, str]], lengths: lis
 
         async def one(i: int) -> None:
             rec = records[i]
-            rec["t_scheduled"] = t_sched = t0 + arrivals[i]
+            rec.t_scheduled = t_sched = t0 + arrivals[i]
             await _sleep_until(t_sched)
             t_free = t_sched
             if slots is not None:
                 t_free = max(t_sched, await slots.get())
             if stop_reason:
                 return
-            rec["t_dispatch"] = t_free
+            rec.t_dispatch = t_free
             try:
-                if await _send(session, url, _payload(texts[i][1], lengths[i], temperature, rec["rid"]), rec,
+                if await _send(session, url, _payload(texts[i][1], lengths[i], temperature, rec.rid), rec,
                                stop_reason):
                     for t in tasks:  # the server is gone: do not wait out the rest of the schedule
                         if t is not asyncio.current_task():
                             t.cancel()
             finally:
                 if slots is not None:
-                    slots.put_nowait(rec["t_end"] if rec["t_end"] is not None else time.perf_counter())
+                    slots.put_nowait(rec.t_end if rec.t_end is not None else time.perf_counter())
             if on_record is not None:
                 on_record(rec)
             bar.update(1)
@@ -436,14 +424,14 @@ async def _run_open_loop(*, url: str, texts: list[tuple[int, str]], lengths: lis
             bar.close()
     _mark_unsent(records, stop_reason, on_record)
     for rec in records:
-        if rec["t_send"] is not None and rec["t_end"] is None:  # cancelled mid-stream after the server went away
-            rec["t_end"], rec["error"], rec["ok"] = time.perf_counter(), f"cancelled: {stop_reason[:1]}", False
+        if rec.t_send is not None and rec.t_end is None:  # cancelled mid-stream after the server went away
+            rec.t_end, rec.error, rec.ok = time.perf_counter(), f"cancelled: {stop_reason[:1]}", False
             if on_record is not None:
                 on_record(rec)
     return records
 
 
-def run_requests_sync(base_url: str, texts: list[tuple[int, str]], **kwargs: Any) -> list[dict[str, Any]]:
+def run_requests_sync(base_url: str, texts: list[tuple[int, str]], **kwargs: Any) -> list[RequestRecord]:
     """Blocking wrapper of :func:`run_requests` (same arguments and result).
 
     Works both in plain scripts and inside a running event loop (a Jupyter/papermill
@@ -463,7 +451,7 @@ def run_requests_sync(base_url: str, texts: list[tuple[int, str]], **kwargs: Any
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def request_function(engine: str | None) -> Callable[..., list[dict[str, Any]]]:
+def request_function(engine: str | None) -> Callable[..., list[RequestRecord]]:
     """The blocking function that sends a batch of requests to ``engine`` (a registered name): the
     one its class names (:attr:`lab.engine.registry.Engine.request_function`, ``"module:function"``,
     taking :func:`run_requests_sync`'s arguments); :func:`run_requests_sync` for None.

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from lab.measure.records import request_metrics
+from lab.measure.request_record import RequestRecord, as_record, as_records
 
 __all__ = ["DEFINITION_VERSION", "is_good", "run_load_metrics", "ttft_from_schedule_ms"]
 
@@ -75,24 +76,26 @@ def is_good(ttft_ms: float | None, tpot_ms: float | None, slo: Any) -> bool:
     return True
 
 
-def ttft_from_schedule_ms(record: Mapping[str, Any]) -> float | None:
+def ttft_from_schedule_ms(record: RequestRecord | Mapping[str, Any]) -> float | None:
     """TTFT of one open-loop request counted from its scheduled send time, ms: first content
     chunk minus ``t_scheduled`` (module docstring). Falls back to ``t_send`` when the record has
     no schedule (a closed-loop record); None for a failed request or one without chunks."""
-    chunks = record.get("chunks") or []
-    start = record.get("t_scheduled")
+    record = as_record(record)
+    chunks = record.chunks or []
+    start = record.t_scheduled
     if start is None:
-        start = record.get("t_send")
-    if not record.get("ok") or not chunks or start is None:
+        start = record.t_send
+    if not record.ok or not chunks or start is None:
         return None
     return (chunks[0][0] - start) * 1e3
 
 
-def run_load_metrics(records: Sequence[Mapping[str, Any]], wall_s: float, slo: Any,
+def run_load_metrics(records: Sequence[RequestRecord | Mapping[str, Any]], wall_s: float, slo: Any,
                      rate_req_s: float | None = None) -> dict[str, Any]:
     """The load metrics of one run (module docstring for the definitions).
 
-    :param records: client records of the run (:mod:`lab.measure.client`).
+    :param records: client records of the run (:mod:`lab.measure.client`), or rows read from a
+        ``requests.jsonl``.
     :param wall_s: the run's measured window, seconds (> 0; :func:`lab.measure.records.measured_window_s`).
     :param slo: ``bench.slo`` (or a mapping with ``ttft_ms``/``tpot_ms``).
     :param rate_req_s: the offered rate of an open-loop point (None: a closed-loop point); at a
@@ -105,23 +108,24 @@ def run_load_metrics(records: Sequence[Mapping[str, Any]], wall_s: float, slo: A
         raise ValueError(f"wall_s={wall_s}: must be a positive duration in seconds")
     if rate_req_s is not None and not rate_req_s > 0:
         raise ValueError(f"rate_req_s={rate_req_s}: must be > 0 requests/s")
+    records = as_records(records)
     good = good_tok = ok = 0
     per_user: list[float] = []
     for r in records:
         m = request_metrics(r)
-        if not m["ok"]:
+        if not m.ok:
             continue
         ok += 1
-        n = m["completion_tokens"] or 0
-        if m["e2e_ms"]:
-            per_user.append(n / (m["e2e_ms"] / 1e3))
-        tpot = m["tpot_ms"] if n > 1 else 0.0
-        ttft = ttft_from_schedule_ms(r) if rate_req_s is not None else m["ttft_ms"]
+        n = m.completion_tokens or 0
+        if m.e2e_ms:
+            per_user.append(n / (m.e2e_ms / 1e3))
+        tpot = m.tpot_ms if n > 1 else 0.0
+        ttft = ttft_from_schedule_ms(r) if rate_req_s is not None else m.ttft_ms
         if ttft is not None and is_good(ttft, tpot, slo):
             good += 1
             good_tok += n
-    lags = [(r["t_send"] - r["t_scheduled"]) * 1e3 for r in records
-            if r.get("t_scheduled") is not None and r.get("t_send") is not None]
+    lags = [(r.t_send - r.t_scheduled) * 1e3 for r in records
+            if r.t_scheduled is not None and r.t_send is not None]
     return {"goodput_req_s": good / wall_s, "goodput_tok_s": good_tok / wall_s,
             "slo_attainment": good / len(records) if records else None,
             "request_throughput_req_s": ok / wall_s,

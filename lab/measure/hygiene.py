@@ -39,6 +39,10 @@ from typing import Any
 import numpy as np
 
 from lab.measure.records import request_metrics
+from lab.measure.request_record import RequestRecord, as_records
+
+#: Client records as the checks take them: the client's own, or rows read from a ``requests.jsonl``.
+Records = Sequence[RequestRecord | Mapping[str, Any]]
 
 __all__ = [
     "repeated_ngram_share",
@@ -81,7 +85,7 @@ def repeated_ngram_share(text: str, n: int = 4) -> float | None:
     return 1.0 - len(grams) / total
 
 
-def degenerate_check(records: Sequence[Mapping[str, Any]], *, n: int = 4, threshold: float = 0.5,
+def degenerate_check(records: Records, *, n: int = 4, threshold: float = 0.5,
                      max_fraction: float = 0.25) -> dict[str, Any]:
     """Mark a run whose outputs loop.
 
@@ -97,12 +101,12 @@ def degenerate_check(records: Sequence[Mapping[str, Any]], *, n: int = 4, thresh
         fraction and mean are None when no output could be judged.
     """
     shares: list[tuple[str, float]] = []
-    for r in records:
-        if not r.get("ok"):
+    for r in as_records(records):
+        if not r.ok:
             continue
-        s = repeated_ngram_share(r.get("output_text") or "", n)
+        s = repeated_ngram_share(r.output_text or "", n)
         if s is not None:
-            shares.append((r.get("rid", "?"), s))
+            shares.append((r.rid if r.rid is not None else "?", s))
     looping = [rid for rid, s in shares if s > threshold]
     frac = len(looping) / len(shares) if shares else None
     return {
@@ -117,7 +121,7 @@ def degenerate_check(records: Sequence[Mapping[str, Any]], *, n: int = 4, thresh
     }
 
 
-def accounting_check(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def accounting_check(records: Records) -> dict[str, Any]:
     """Streamed tokens vs ``completion_tokens`` for every ok request.
 
     :returns: ``{"ok": bool, "checked": int, "mismatches": [{"rid", "streamed",
@@ -126,20 +130,20 @@ def accounting_check(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """
     bad = []
     checked = 0
-    for r in records:
-        if not r.get("ok"):
+    for r in as_records(records):
+        if not r.ok:
             continue
         checked += 1
         m = request_metrics(r)
-        if not m["token_accounting_ok"]:
-            bad.append({"rid": r.get("rid"), "streamed": m["chunk_tokens"], "completion_tokens": m["completion_tokens"]})
+        if not m.token_accounting_ok:
+            bad.append({"rid": r.rid, "streamed": m.chunk_tokens, "completion_tokens": m.completion_tokens})
     return {"ok": not bad, "checked": checked, "mismatch_count": len(bad), "mismatches": bad[:10]}
 
 
-def dispatch_delay_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+def dispatch_delay_summary(records: Records) -> dict[str, float | None]:
     """Client-side dispatch delay ``(t_send - t_dispatch)`` in ms: p50, p99, max over sent requests."""
-    vals = [(r["t_send"] - r["t_dispatch"]) * 1e3 for r in records
-            if r.get("t_send") is not None and r.get("t_dispatch") is not None]
+    vals = [(r.t_send - r.t_dispatch) * 1e3 for r in as_records(records)
+            if r.t_send is not None and r.t_dispatch is not None]
     if not vals:
         return {"p50_dispatch_delay_ms": None, "p99_dispatch_delay_ms": None, "max_dispatch_delay_ms": None}
     return {"p50_dispatch_delay_ms": float(np.percentile(vals, 50)),
@@ -155,12 +159,12 @@ def coefficient_of_variation(values: Sequence[float]) -> float:
     return float(x.std(ddof=1) / abs(x.mean()))
 
 
-def _mean_icl_ms(record: Mapping[str, Any]) -> float | None:
-    icl = request_metrics(record)["icl_ms"]
+def _mean_icl_ms(record: RequestRecord | Mapping[str, Any]) -> float | None:
+    icl = request_metrics(record).icl_ms
     return float(np.mean(icl)) if icl else None
 
 
-def warmup_until_stable(send: Callable[[int, int], list[dict[str, Any]]], *, batch: int, cv_threshold: float,
+def warmup_until_stable(send: Callable[[int, int], Records], *, batch: int, cv_threshold: float,
                         window: int, max_requests: int, log: Callable[[str], Any] = print) -> dict[str, Any]:
     """Send warm-up batches until the ICL is stable or ``max_requests`` were sent.
 
@@ -188,7 +192,7 @@ def warmup_until_stable(send: Callable[[int, int], list[dict[str, Any]]], *, bat
         recs = send(out["batches"], n)
         out["requests"] += n
         out["batches"] += 1
-        history.extend(v for v in (_mean_icl_ms(r) for r in recs if r.get("ok")) if v is not None)
+        history.extend(v for v in (_mean_icl_ms(r) for r in as_records(recs) if r.ok) if v is not None)
         cv = coefficient_of_variation(history[-window:]) if len(history) >= window else math.nan
         out["cv"] = None if math.isnan(cv) else cv
         log(f"[lab] warm-up batch {out['batches']}: {out['requests']} requests, mean ICL "
@@ -215,7 +219,7 @@ FIRST_USE_RATIO = 1.5
 FIRST_USE_MIN_MS = 100.0
 
 
-def stall_check(records: Sequence[Mapping[str, Any]], *, factor: float = STALL_FACTOR,
+def stall_check(records: Records, *, factor: float = STALL_FACTOR,
                 floor_ms: float = STALL_FLOOR_MS) -> dict[str, Any]:
     """Iteration gaps of one run that no joining request explains.
 
@@ -231,9 +235,10 @@ def stall_check(records: Sequence[Mapping[str, Any]], *, factor: float = STALL_F
     :returns: ``{"median_icl_ms", "threshold_ms", "max_ttft_ms", "stalls": [{"start_s", "ms",
         "requests"}]}`` (start in the records' clock); medians None without two chunks anywhere.
     """
-    ok = [r for r in records if r.get("ok") and r.get("chunks")]
-    icl = [g for r in ok for g in request_metrics(r)["icl_ms"]]
-    ttfts = [v for v in (request_metrics(r)["ttft_ms"] for r in ok) if v is not None]
+    ok = [r for r in as_records(records) if r.ok and r.chunks]
+    per = [request_metrics(r) for r in ok]
+    icl = [g for m in per for g in m.icl_ms]
+    ttfts = [m.ttft_ms for m in per if m.ttft_ms is not None]
     out: dict[str, Any] = {"median_icl_ms": None, "threshold_ms": None,
                            "max_ttft_ms": max(ttfts) if ttfts else None, "stalls": []}
     if not icl:
@@ -241,10 +246,10 @@ def stall_check(records: Sequence[Mapping[str, Any]], *, factor: float = STALL_F
     med = float(np.median(icl))
     thr = max(factor * med, med + floor_ms)
     out.update(median_icl_ms=med, threshold_ms=thr)
-    prefill = [(r["t_send"], r["chunks"][0][0]) for r in ok if r.get("t_send") is not None]
+    prefill = [(r.t_send, r.chunks[0][0]) for r in ok if r.t_send is not None]
     events: list[dict[str, Any]] = []
     for r in ok:
-        ch = r["chunks"]
+        ch = r.chunks
         for (a, _), (b, _) in zip(ch, ch[1:]):
             gap = (b - a) * 1e3
             if gap <= thr or any(sent < b and first > a and first != ch[0][0] for sent, first in prefill):
@@ -296,7 +301,7 @@ def _first_use_rows(per_run: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def run_hygiene(records: Sequence[Mapping[str, Any]], *, ngram_n: int = 4, ngram_threshold: float = 0.5,
+def run_hygiene(records: Records, *, ngram_n: int = 4, ngram_threshold: float = 0.5,
                 degenerate_max_fraction: float = 0.25) -> dict[str, Any]:
     """All per-run checks of one (mode, level, repeat): degenerate outputs, accounting, dispatch delay.
 
@@ -304,6 +309,7 @@ def run_hygiene(records: Sequence[Mapping[str, Any]], *, ngram_n: int = 4, ngram
         (see :func:`degenerate_check`, :func:`accounting_check`, :func:`stall_check`,
         :func:`dispatch_delay_summary`).
     """
+    records = as_records(records)
     return {"degenerate": degenerate_check(records, n=ngram_n, threshold=ngram_threshold,
                                            max_fraction=degenerate_max_fraction),
             "accounting": accounting_check(records),

@@ -26,6 +26,7 @@ from lab.measure.goodput import run_load_metrics
 from lab.engine.telemetry import GpuSampler, energy_per_token_mj
 from lab.measure import client, hygiene
 from lab.measure.records import measured_window_s, summarize_run
+from lab.measure.request_record import RequestRecord
 from lab.measure.crosscheck import LogWindow, add_cross_checks, window_server_timing
 from lab.workload.arrivals import arrival_times, rate_key
 from lab.workload.context import TokenCount, estimate_tokens, pad_prompt
@@ -91,19 +92,20 @@ def measurement_points(bench) -> list[Point]:
     return points
 
 
-def _appender(req_file: IO[str], records_all: list[dict[str, Any]], **fields: Any) -> Callable[[dict[str, Any]], None]:
-    """``on_record`` for the client: append each finished request (with ``fields`` added) to
-    ``requests.jsonl`` at once (flushed), so an interrupted or killed run keeps every request
-    it measured."""
-    def append(rec: dict[str, Any]) -> None:
-        rec.update(fields)
-        req_file.write(json.dumps(rec) + "\n")
+def _appender(req_file: IO[str], records_all: list[RequestRecord],
+              **fields: Any) -> Callable[[RequestRecord], None]:
+    """``on_record`` for the client: append each finished request (with ``fields`` set, names of
+    :class:`~lab.measure.request_record.RequestRecord` fields) to ``requests.jsonl`` at once
+    (flushed), so an interrupted or killed run keeps every request it measured."""
+    def append(rec: RequestRecord) -> None:
+        rec.set(**fields)
+        req_file.write(json.dumps(rec.to_json()) + "\n")
         req_file.flush()
         records_all.append(rec)
     return append
 
 
-def check_alive(srv, where: str, out: Path, recs: list[dict[str, Any]] | None = None) -> None:
+def check_alive(srv, where: str, out: Path, recs: list[RequestRecord] | None = None) -> None:
     """Liveness = the engine process plus request outcomes (``/health`` is not polled: a
     busy server may answer it slowly). Raises :class:`BenchError` at once if the engine
     exited, or if requests were refused and it exits within 2 s (the client stops sending
@@ -113,7 +115,7 @@ def check_alive(srv, where: str, out: Path, recs: list[dict[str, Any]] | None = 
     :param where: what was running, for the message. :param out: the mode's results dir.
     :param recs: the records of the window just measured (refusals among them).
     """
-    refused = any((r.get("error") or "").startswith((client.NOT_SENT_PREFIX, "connection failed"))
+    refused = any((r.error or "").startswith((client.NOT_SENT_PREFIX, "connection failed"))
                   for r in recs or ())
     deadline = time.monotonic() + (2.0 if refused else 0.0)
     while srv.alive() and time.monotonic() < deadline:
@@ -144,7 +146,7 @@ def _ask(srv, fetch, path: str, where: str, out: Path) -> Any:
         return fetch(srv.base_url + path)
     except (OSError, http.client.HTTPException) as exc:
         try:
-            check_alive(srv, where, out, [{"error": "connection failed"}])  # dead within 2 s, or refused
+            check_alive(srv, where, out, [RequestRecord(error="connection failed")])  # dead within 2 s, or refused
         except BenchError as cause:
             raise BenchError(f"{cause} [GET {path}: {type(exc).__name__}: {exc}]") from None
         raise
@@ -164,7 +166,8 @@ def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], spe
     :param out: the mode's results dir (``server.log`` read for the window's log lines).
     :param req_file: ``requests.jsonl`` open for appending; each record is written at once.
     :param result: the mode's result; its ``records`` and ``telemetry`` grow as this measures.
-    :returns: the repeat's summary (:func:`lab.measure.records.summarize_run` plus
+    :returns: the repeat's summary (:meth:`lab.measure.records.RunSummary.to_dict` of
+        :func:`lab.measure.records.summarize_run`, plus
         ``crosscheck``, ``hygiene``, ``gpu_telemetry``, ``concurrency``, ``repeat``,
         ``context_tokens``, ``max_new_tokens``, ``point``, ``request_rate`` and
         :func:`lab.measure.goodput.run_load_metrics`): one ``runs.json`` row.
@@ -197,15 +200,15 @@ def measure_point(srv, point: Point, rep: int, *, bench, prompts: list[str], spe
         prom0, _ask(srv, client.fetch_text, "/metrics", where, out), info0,
         _ask(srv, client.fetch_json, "/server_info", where, out), log_window.read(), speculative=speculative)
     window = measured_window_s(recs)
-    if not window or not any(r["ok"] for r in recs):
+    if not window or not any(r.ok for r in recs):
         # all failed: a summary would read as a (zero-throughput) result
         raise BenchError(
             f"no request succeeded at c={c}{'' if point.key == level_key(c) else ' (' + point.key + ')'} "
             f"repeat {rep} ({len(recs)} sent): "
-            f"{recs[0].get('error') if recs else 'no requests'}. Fix: see "
+            f"{recs[0].error if recs else 'no requests'}. Fix: see "
             f"{out / 'requests.jsonl'} and {out / 'server.log'}; raise "
             "bench.request_timeout_s if requests timed out")
-    summary = add_cross_checks(summarize_run(recs, wall_s=window, server=server))
+    summary = add_cross_checks(summarize_run(recs, wall_s=window, server=server).to_dict())  # the runs.json row
     summary.update(concurrency=c, repeat=rep, context_tokens=point.context_tokens,
                    max_new_tokens=point.output_tokens, point=point.key, gpu_telemetry=gpu.summary(),
                    request_rate=point.request_rate,  # goodput under bench.slo etc. (lab/analysis/load.py)

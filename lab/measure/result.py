@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from lab.measure.request_record import RequestRecord
+
 __all__ = ["ModeResult"]
 
 _BESIDE = {"runs", "records", "telemetry", "version_tags"}  # not part of result.json
@@ -37,8 +39,8 @@ class ModeResult:
     settings, :func:`lab.analysis.load.load_settings`); on failure ``error``,
     ``partial`` (``requests_recorded``, ``runs_completed``) and ``levels_partial``.
 
-    Beside it: ``runs`` (per point x repeat summaries, ``runs.json``), ``records`` (request
-    records, also in ``requests.jsonl``), ``telemetry`` (``[(step, {"gpu<i>.<field>": v})]``
+    Beside it: ``runs`` (per point x repeat summaries, ``runs.json``), ``records`` (the
+    :class:`~lab.measure.request_record.RequestRecord` of each request, also in ``requests.jsonl``), ``telemetry`` (``[(step, {"gpu<i>.<field>": v})]``
     MLflow step metrics, steps continuing across windows), ``version_tags`` (MLflow tags).
     """
 
@@ -70,7 +72,7 @@ class ModeResult:
     partial: dict[str, Any] | None = None
     levels_partial: dict[str, dict[str, Any]] | None = None
     runs: list[dict[str, Any]] = field(default_factory=list)
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[RequestRecord] = field(default_factory=list)
     telemetry: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     version_tags: dict[str, str] = field(default_factory=dict)
     _telemetry_steps: int = field(default=0, init=False, repr=False)

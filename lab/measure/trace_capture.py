@@ -99,7 +99,7 @@ def capture_trace(base_url: str, out_dir: str | Path, *, mode: str, texts: list[
         recs = client.run_requests_sync(base_url, texts, concurrency=1, max_new_tokens=max_new_tokens,
                                         temperature=temperature, timeout_s=request_timeout_s,
                                         rid_prefix=f"{mode}-trace", progress_desc=None, mode=mode)
-        result["requests_ok"] = sum(1 for r in recs if r.get("ok"))
+        result["requests_ok"] = sum(1 for r in recs if r.ok)
         started = False
         post_profiler(base_url, "stop_profile", None, stop_timeout_s)
         traces = sorted(out.glob(f"{TRACE_PREFIX}-{profile_id}-TP-0*.trace.json*"))

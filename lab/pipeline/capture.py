@@ -153,14 +153,14 @@ def capture_mode(params, mode: str, out: Path, *, requests: int = 8, concurrency
                                                         rid_prefix=f"{mode}-{window_key(c, ctx)}-{phase}",
                                                         progress_desc=None, mode=mode, repeat=0)
                     for r in recs:
-                        req_file.write(json.dumps({**r, "concurrency": c, "context_tokens": ctx,
-                                                   "counted_prompt_tokens": counted.get(r.get("prompt_index")),
+                        req_file.write(json.dumps({**r.to_json(), "concurrency": c, "context_tokens": ctx,
+                                                   "counted_prompt_tokens": counted.get(r.prompt_index),
                                                    "warmup": phase == "warmup"}) + "\n")
                     if phase == "measured":
                         server = window_server_timing(p_before, client.fetch_text(base + "/metrics"), i_before,
                                                       client.fetch_json(base + "/server_info"), lw.read(),
                                                       speculative=params.mode(mode).is_speculative)
-                        summ = summarize_run(recs, wall_s=measured_window_s(recs) or 0.0, server=server)
+                        summ = summarize_run(recs, wall_s=measured_window_s(recs) or 0.0, server=server).to_dict()
                         summ["gpu_telemetry"] = tel = gpu.summary()
                         summ["energy_mj_per_output_token"] = energy_per_token_mj(tel, summ.get("completion_tokens_total") or 0)
                         summ["context_tokens"] = ctx

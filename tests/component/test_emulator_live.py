@@ -179,8 +179,8 @@ def test_per_request_output_lengths_are_decoded(servers):
     # tokens, yet no request overshoots its own limit
     recs = run_requests_sync(servers["decode"].url, [(i, f"prompt {i}") for i in range(6)], concurrency=3,
                              max_new_tokens=lengths, temperature=0.0, timeout_s=30, rid_prefix="spread")
-    assert [r["completion_tokens"] for r in recs] == lengths
-    assert all(sum(n for _, n in r["chunks"]) == r["completion_tokens"] for r in recs)
+    assert [r.completion_tokens for r in recs] == lengths
+    assert all(sum(n for _, n in r.chunks) == r.completion_tokens for r in recs)
     with pytest.raises(ValueError, match="one per request"):
         run_requests_sync(servers["decode"].url, [(0, "x")], concurrency=1, max_new_tokens=[4, 4],
                           temperature=0.0, timeout_s=5, rid_prefix="bad")

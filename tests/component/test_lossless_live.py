@@ -37,10 +37,10 @@ def test_emulator_streams_the_same_ids_cumulative_or_incremental(tmp_path):
         for s in srv.values():
             s.stop()
     for name, recs in out.items():
-        assert all(r["ok"] and len(r["output_ids"]) == 24 for r in recs), name
-        assert all(r["output_ids"] == [token_id(w) for w in r["output_text"].split()] for r in recs), name
-    assert [r["output_ids"] for r in out["cum"]] == [r["output_ids"] for r in out["inc"]]
-    assert out["cum"][0]["output_ids"] == out["cum"][3]["output_ids"] != out["cum"][1]["output_ids"]
+        assert all(r.ok and len(r.output_ids) == 24 for r in recs), name
+        assert all(r.output_ids == [token_id(w) for w in r.output_text.split()] for r in recs), name
+    assert [r.output_ids for r in out["cum"]] == [r.output_ids for r in out["inc"]]
+    assert out["cum"][0].output_ids == out["cum"][3].output_ids != out["cum"][1].output_ids
 
 
 @pytest.mark.integration

@@ -74,21 +74,21 @@ def test_emulator_per_category_acceptance_matches_ground_truth(tmp_path):
         finally:
             proc.kill()
             proc.wait(5)
-    assert all(r["ok"] for r in recs), [r.get("error") for r in recs if not r["ok"]][:3]
+    assert all(r.ok for r in recs), [r.error for r in recs if not r.ok][:3]
     out = tmp_path / "results" / "spec"
     out.mkdir(parents=True)
     with open(out / "requests.jsonl", "w") as f:
         for r in recs:
-            f.write(json.dumps({**r, "concurrency": 1, "point": "c1"}) + "\n")
+            f.write(json.dumps({**r.to_json(), "concurrency": 1, "point": "c1"}) + "\n")
     truth = load_truth(truth_path)
     cats = [p.category for p in prompts]
     for r in recs:  # the emulator saw each prompt's category, padded or not
-        assert truth.requests[r["rid"]]["category"] == cats[r["prompt_index"]], r["rid"]
+        assert truth.requests[r.rid]["category"] == cats[r.prompt_index], r.rid
     rows = {r["category"]: r for r in category_rows(requests_frame(out.parent, ["spec"]), {}, cats, ["spec"], None)}
     for cat in set(cats):
         per_prompt = []
-        for i in sorted({r["prompt_index"] for r in recs if cats[r["prompt_index"]] == cat}):
-            per_prompt.append(truth.accept_length([r["rid"] for r in recs if r["prompt_index"] == i]))
+        for i in sorted({r.prompt_index for r in recs if cats[r.prompt_index] == cat}):
+            per_prompt.append(truth.accept_length([r.rid for r in recs if r.prompt_index == i]))
         assert rows[cat]["accept_length"] == pytest.approx(sum(per_prompt) / len(per_prompt), rel=1e-12), cat
         assert rows[cat]["accept_n_prompts"] == len(per_prompt) >= MIN_PROMPTS
     # the profile's categories differ as set (E = 1 + p + p^2: 2.71 vs 1.11), others use the global p

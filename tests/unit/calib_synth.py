@@ -62,7 +62,7 @@ def write_result(path: Path, profile, *, spec: dict | None = None, engine_versio
                                  "prefill_none_passes": float(costs.passes["prefill_none"])},
                       "draft_incomplete": bool(spec) and not draft_extend_graph}
             wall = max(r["t_end"] for r in recs) - min(r["t_dispatch"] for r in recs)
-            row = summarize_run(recs, wall_s=wall)
+            row = summarize_run(recs, wall_s=wall).to_dict()  # a runs.json row
             row.update(point=f"c{c}", repeat=rep, concurrency=c, context_tokens=0, max_new_tokens=tokens,
                        request_rate=None, server=server)
             rows.append(row)

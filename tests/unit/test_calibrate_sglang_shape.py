@@ -20,7 +20,7 @@ def _sglang_result(d: Path) -> Path:
     recs = [json.loads(x) for x in (FX / "requests_eagle3_c1.jsonl").read_text().splitlines()]
     for r in recs:
         r.update(point="c1", context_tokens=0, max_new_tokens=37, request_rate=None)
-    row = summarize_run(recs, wall_s=2.0, server=server_timing(before, after, speculative=True))
+    row = summarize_run(recs, wall_s=2.0, server=server_timing(before, after, speculative=True)).to_dict()
     row.update(point="c1", repeat=0, concurrency=1, context_tokens=0, max_new_tokens=37, request_rate=None)
     d.mkdir(parents=True)
     eff = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 2, "speculative_eagle_topk": 1,

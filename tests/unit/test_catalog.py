@@ -42,7 +42,7 @@ def _runs(mode: str, scale: float) -> list[dict]:
     rows = []
     for rep in range(3):
         recs = [_record(i, i * 1.0) for i in range(4)]
-        s = summarize_run(recs, wall_s=4.0)
+        s = summarize_run(recs, wall_s=4.0).to_dict()
         s = {k: (v * scale * (1 + 0.01 * rep) if isinstance(v, float) and k.endswith(("_tok_s", "_ms")) else v)
              for k, v in s.items()}
         rows.append({**s, "mode": mode, "point": "c1", "concurrency": 1, "repeat": rep})
@@ -52,10 +52,10 @@ def _runs(mode: str, scale: float) -> list[dict]:
 def test_every_declared_metric_is_produced_by_its_source():
     recs = [_record(i, i * 1.0) for i in range(3)]
     produced = {
-        "client": set(summarize_run(recs, wall_s=3.0)),
-        "server_info": set(summarize_run(recs, wall_s=3.0, server={"step_time_ms": {"a": [1.0]}})),
+        "client": set(summarize_run(recs, wall_s=3.0).to_dict()),
+        "server_info": set(summarize_run(recs, wall_s=3.0, server={"step_time_ms": {"a": [1.0]}}).to_dict()),
         "metrics": set(SERVER_TIMING_KEYS),
-        "log": set(add_cross_checks(summarize_run(recs, wall_s=3.0))),
+        "log": set(add_cross_checks(summarize_run(recs, wall_s=3.0).to_dict())),
         "load": set(run_load_metrics(recs, 3.0, {"ttft_ms": 500.0, "tpot_ms": 20.0})),
     }
     missing = [f"{m.name} ({m.source})" for m in catalog.METRICS.values() if m.name not in produced[m.source]]

@@ -51,7 +51,7 @@ def test_full_window_figures_agree():
     assert server["verify_graph_fraction"] == pytest.approx(0.75)  # 750 / (750 + 250)
     assert server["step_time_ms"] == {1: pytest.approx([30.5, 30.9])}
     recs = _records()
-    s = add_cross_checks(summarize_run(recs, wall_s=measured_window_s(recs), server=server))
+    s = add_cross_checks(summarize_run(recs, wall_s=measured_window_s(recs), server=server).to_dict())
     assert s["accept_length"] == pytest.approx(74 / 40)  # per-run, from spec_verify_ct: 37/20 twice
     assert s["cycle_ms"] == pytest.approx(31.0)          # 20 cycles x 31 ms / 20
     assert s["server_step_ms"] == pytest.approx(30.7)
@@ -67,7 +67,7 @@ def test_full_window_figures_agree():
 def test_disagreement_flagged():
     recs = _records()
     server = _window(step_after=[0.0301, 0.0299, 0.0450, 0.0450])  # 45 ms iterations vs 31 ms cycle
-    s = add_cross_checks(summarize_run(recs, wall_s=measured_window_s(recs), server=server))
+    s = add_cross_checks(summarize_run(recs, wall_s=measured_window_s(recs), server=server).to_dict())
     cc = s["crosscheck"]
     assert cc["checks"]["cycle_vs_step"]["ok"] is False
     assert cc["checks"]["step_vs_gpu"]["ok"] is False

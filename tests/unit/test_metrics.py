@@ -32,47 +32,47 @@ def test_request_metrics_speculative_chunk_of_three_counts_three():
     # send at 0.0, first token at 0.100; then chunks of 3, 1, 2 tokens 30 ms apart
     r = rec([(0.100, 1), (0.130, 3), (0.160, 1), (0.190, 2)], verify_ct=3, t_dispatch=-0.002, t_send=0.0, t_end=0.200)
     m = request_metrics(r)
-    assert m["completion_tokens"] == 7
-    assert m["ttft_ms"] == pytest.approx(100.0)
-    assert m["icl_ms"] == pytest.approx([30.0, 30.0, 30.0])
+    assert m.completion_tokens == 7
+    assert m.ttft_ms == pytest.approx(100.0)
+    assert m.icl_ms == pytest.approx([30.0, 30.0, 30.0])
     # ITL: one value per token: 3 x 10 ms, 1 x 30 ms, 2 x 15 ms
-    assert m["itl_ms"] == pytest.approx([10.0, 10.0, 10.0, 30.0, 15.0, 15.0])
-    assert len(m["itl_ms"]) == 6
-    assert sum(m["itl_ms"]) == pytest.approx(90.0)  # = t_last - t_first
-    assert m["e2e_ms"] == pytest.approx(200.0)
-    assert m["tpot_ms"] == pytest.approx((200.0 - 100.0) / 6)
-    assert m["decode_tok_s"] == pytest.approx(6 / 0.090)
-    assert m["cycle_ms"] == pytest.approx(90.0 / 3)
-    assert m["accept_length"] == pytest.approx(7 / 3)
-    assert m["dispatch_delay_ms"] == pytest.approx(2.0)
-    assert m["token_accounting_ok"] is True
-    assert m["speculative"] is True
+    assert m.itl_ms == pytest.approx([10.0, 10.0, 10.0, 30.0, 15.0, 15.0])
+    assert len(m.itl_ms) == 6
+    assert sum(m.itl_ms) == pytest.approx(90.0)  # = t_last - t_first
+    assert m.e2e_ms == pytest.approx(200.0)
+    assert m.tpot_ms == pytest.approx((200.0 - 100.0) / 6)
+    assert m.decode_tok_s == pytest.approx(6 / 0.090)
+    assert m.cycle_ms == pytest.approx(90.0 / 3)
+    assert m.accept_length == pytest.approx(7 / 3)
+    assert m.dispatch_delay_ms == pytest.approx(2.0)
+    assert m.token_accounting_ok is True
+    assert m.speculative is True
 
 
 def test_request_metrics_baseline_cycle_is_per_decode_step():
     r = rec([(0.05 + 0.012 * i, 1) for i in range(11)], t_send=0.0)
     m = request_metrics(r)
-    assert m["accept_length"] is None and m["spec_verify_ct"] is None
-    assert m["cycle_ms"] == pytest.approx(12.0)
-    assert m["decode_tok_s"] == pytest.approx(10 / 0.120)
-    assert m["itl_ms"] == pytest.approx([12.0] * 10)
+    assert m.accept_length is None and m.spec_verify_ct is None
+    assert m.cycle_ms == pytest.approx(12.0)
+    assert m.decode_tok_s == pytest.approx(10 / 0.120)
+    assert m.itl_ms == pytest.approx([12.0] * 10)
 
 
 def test_token_accounting_detects_mismatch():
     r = rec([(0.1, 1), (0.2, 2)], ct=5)
-    assert request_metrics(r)["token_accounting_ok"] is False
+    assert request_metrics(r).token_accounting_ok is False
 
 
 def test_failed_and_single_token_records_give_none():
     bad = rec([(0.1, 1)], ok=False)
     m = request_metrics(bad)
-    assert m["ttft_ms"] is None and m["itl_ms"] == [] and m["tpot_ms"] is None
+    assert m.ttft_ms is None and m.itl_ms == [] and m.tpot_ms is None
     one = rec([(0.1, 1)])
     m1 = request_metrics(one)
-    assert m1["ttft_ms"] is not None and m1["tpot_ms"] is None and m1["decode_tok_s"] is None
+    assert m1.ttft_ms is not None and m1.tpot_ms is None and m1.decode_tok_s is None
     not_sent = rec([], ok=False, t_dispatch=None, t_send=None)
     not_sent["t_end"] = None
-    assert request_metrics(not_sent)["dispatch_delay_ms"] is None
+    assert request_metrics(not_sent).dispatch_delay_ms is None
 
 
 def test_prometheus_sums_over_extra_labels():
@@ -172,26 +172,28 @@ def test_summarize_run_known_answers():
     wall = measured_window_s(recs)
     assert wall == pytest.approx(0.270)
     s = summarize_run(recs, wall_s=0.5, server=server)
-    assert (s["requests"], s["ok"], s["errors"], s["not_sent"]) == (3, 2, 1, 0)
-    assert s["error_rate"] == pytest.approx(1 / 3)
-    assert s["completion_tokens_total"] == 10
-    assert s["output_tok_s"] == pytest.approx(10 / 0.5)
-    assert s["accept_length"] == pytest.approx(10 / 4)
-    assert s["cycle_ms"] == pytest.approx(30.0)
-    assert s["p50_ttft_ms"] == pytest.approx(145.0)  # median of 100 and 190
-    assert s["mean_icl_ms"] == pytest.approx(30.0)
+    assert (s.requests, s.ok, s.errors, s.not_sent) == (3, 2, 1, 0)
+    assert s.error_rate == pytest.approx(1 / 3)
+    assert s.completion_tokens_total == 10
+    assert s.output_tok_s == pytest.approx(10 / 0.5)
+    assert s.accept_length == pytest.approx(10 / 4)
+    assert s.cycle_ms == pytest.approx(30.0)
+    assert s.p50_ttft_ms == pytest.approx(145.0)  # median of 100 and 190
+    assert s.mean_icl_ms == pytest.approx(30.0)
     # ITL pooled per token: [10,10,10,15,15] + [30,15,15]
-    assert s["p50_itl_ms"] == pytest.approx(15.0)
-    assert s["mean_itl_ms"] == pytest.approx(120 / 8)
-    assert s["decode_tok_s"] == pytest.approx((5 / 0.060 + 3 / 0.060) / 2)  # median of two
-    assert s["verify_ms"] == 29.0 and s["decode_ms"] is None and s["server_step_ms"] == pytest.approx(31.0)
-    assert s["token_accounting_ok"] is True and s["speculative"] is True
-    assert s["mode"] == "m" and s["concurrency"] == 1
+    assert s.p50_itl_ms == pytest.approx(15.0)
+    assert s.mean_itl_ms == pytest.approx(120 / 8)
+    assert s.decode_tok_s == pytest.approx((5 / 0.060 + 3 / 0.060) / 2)  # median of two
+    assert s.verify_ms == 29.0 and s.decode_ms is None and s.server_step_ms == pytest.approx(31.0)
+    assert s.token_accounting_ok is True and s.speculative is True
+    assert s.mode == "m" and s.concurrency == 1
+    row = s.to_dict()  # the runs.json keys, by name
     for m in LATENCY_METRICS:
         for p in ("mean", "p50", "p90", "p99"):
-            assert f"{p}_{m}" in s
+            assert f"{p}_{m}" in row
     for k in SERVER_TIMING_KEYS:
-        assert k in s
+        assert k in row
+    assert row["server"] is s.server and row["p50_ttft_ms"] == s.p50_ttft_ms
     with pytest.raises(ValueError):
         summarize_run(recs, wall_s=0, server=None)
 
@@ -200,9 +202,9 @@ def test_summarize_run_all_failed():
     recs = [rec([], ok=False, t_dispatch=None, t_send=None, rid="x")]
     recs[0]["t_end"] = None
     s = summarize_run(recs, wall_s=1.0, server=None)
-    assert s["ok"] == 0 and s["not_sent"] == 1 and s["error_rate"] == 1.0
-    assert s["p50_ttft_ms"] is None and s["accept_length"] is None and s["verify_ms"] is None
-    assert s["output_tok_s"] == 0.0
+    assert s.ok == 0 and s.not_sent == 1 and s.error_rate == 1.0
+    assert s.p50_ttft_ms is None and s.accept_length is None and s.verify_ms is None
+    assert s.output_tok_s == 0.0
 
 
 def _prom(rows: dict[tuple[str, str, int], float]) -> str:
@@ -258,8 +260,8 @@ def test_server_step_ms_not_biased_by_the_idle_gap_before_a_window():
     rec = {"rid": "r", "ok": True, "t_send": 0.0, "t_dispatch": 0.0, "t_end": 1.0, "chunks": [[0.1, 1], [0.112, 1]],
            "completion_tokens": 2, "meta": {"completion_tokens": 2}}
     s = summarize_run([rec], wall_s=1.0, server={"step_time_ms": steps})
-    assert s["server_step_ms"] == pytest.approx(12.0)  # the mean would read 19.1
-    assert s["server_step_entries"] == 7
+    assert s.server_step_ms == pytest.approx(12.0)  # the mean would read 19.1
+    assert s.server_step_entries == 7
 
 
 def test_incomplete_draft_time_is_a_run_warning():

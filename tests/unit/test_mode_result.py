@@ -10,6 +10,7 @@ import json
 from types import SimpleNamespace
 
 from lab.measure.point import BenchError, measurement_points
+from lab.measure.request_record import RequestRecord
 from lab.measure.result import ModeResult
 from lab.tracking.record import BY_CONCURRENCY, record
 
@@ -26,7 +27,7 @@ def test_measurement_points_order_and_keys():
 def test_to_dict_is_result_json_only_set_keys_in_order():
     r = ModeResult(mode="m", engine="emulator", mlflow_run_id="x", server_command="cmd")
     r.runs.append({"point": "c1", "repeat": 0})
-    r.records.append({"rid": "a"})
+    r.records.append(RequestRecord(rid="a"))
     r.version_tags = {"sglang_version": "emulator"}
     r.warnings = []  # set, even empty, is kept
     assert list(r.to_dict()) == ["status", "mode", "engine", "launch", "launches", "mlflow_run_id", "server_command",
@@ -64,7 +65,7 @@ class _Run:
 def test_record_failure_writes_partial_files_and_fails_the_run(tmp_path):
     r = ModeResult(mode="m", engine="emulator", mlflow_run_id="x", server_command="cmd")
     r.runs.append({"point": "c1", "repeat": 0, "concurrency": 1})
-    r.records += [{"rid": "a"}, {"rid": "b"}]
+    r.records += [RequestRecord(rid="a"), RequestRecord(rid="b")]
     r.add_telemetry([(0, {"gpu0.power_w": 5.0})])
     r.fail(BenchError("engine died"), levels_partial={"c1": {"concurrency": 1, "decode_tok_s": {"mean": 9.0}}})
     run = _Run()

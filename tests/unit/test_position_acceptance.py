@@ -107,11 +107,11 @@ def test_replay_real_0516_captures_agree_with_the_accept_length(d):
     assert sec["num_positions"] == 2 and len(sec["points"]) == len(runs)
     s1 = t1 = 0
     for point, acc in sec["points"].items():
-        mine = [r for r in recs if r["point"] == point and r.get("ok")]
-        vct = sum(r["meta_info"]["spec_verify_ct"] for r in mine)
-        correct = sum(r["meta_info"]["spec_num_correct_drafts"] for r in mine)
+        mine = [r for r in recs if r.point == point and r.ok]
+        vct = sum(r.meta_info["spec_verify_ct"] for r in mine)
+        correct = sum(r.meta_info["spec_num_correct_drafts"] for r in mine)
         assert acc["implied_accept_length"] == pytest.approx(1 + correct / vct, abs=1e-12)
-        lab_al = sum(r["completion_tokens"] for r in mine) / vct  # lab.measure.records' accept_length
+        lab_al = sum(r.completion_tokens for r in mine) / vct  # lab.measure.records' accept_length
         assert acc["accept_length"] == pytest.approx(lab_al)
         assert abs(acc["implied_accept_length"] - lab_al) <= acc["gap_bound"] + 1e-12
         assert acc["positions"][1]["successes"] == 0  # the simulator never gives 3 tokens at x = 1.85

@@ -391,8 +391,8 @@ def test_sse_stream_through_the_client_parser(folder):
     rec = {"ok": True, "chunks": sp.chunks, "completion_tokens": ct, "meta_info": sp.meta, "t_send": -0.5,
            "t_end": float(len(sp.chunks)), "t_dispatch": -0.5}
     m = request_metrics(rec)
-    assert m["token_accounting_ok"] and m["n_chunks"] == len(tokens)
-    assert (m["accept_length"] is not None) is spec
+    assert m.token_accounting_ok and m.n_chunks == len(tokens)
+    assert (m.accept_length is not None) is spec
 
 
 def test_stream_parser_has_teeth():
@@ -440,6 +440,13 @@ def test_generate_meta_info_keys_and_their_arithmetic(folder):
 # --------------------------------------------------------------------------- window.json
 
 
+#: summarize_run keys every window.json of these captures holds: the replay checks at least these.
+REPLAYED_KEYS = {"mode", "concurrency", "requests", "ok", "errors", "wall_s", "completion_tokens_total", "output_tok_s",
+                 "decode_tok_s", "p50_ttft_ms", "p99_itl_ms", "mean_icl_ms", "p50_tpot_ms", "mean_e2e_ms",
+                 "speculative", "accept_length", "cycle_ms", "token_accounting_ok", "verify_ms", "decode_ms",
+                 "verify_graph_fraction", "server_step_ms"}
+
+
 def _records(folder: str) -> list[dict]:
     return [json.loads(ln) for ln in _read(folder, "requests.jsonl").splitlines()]
 
@@ -454,23 +461,24 @@ def test_window_json_is_reproduced_from_requests_and_server_readout(folder):
         recs = [r for r in records if r["concurrency"] == c and not r["warmup"]]
         assert len(recs) == 8 and all(r["ok"] for r in recs)
         summ = summarize_run(recs, wall_s=measured_window_s(recs), server=w["server"])
-        for key, val in summ.items():
-            if key == "server":
-                continue
-            assert key in w, key
+        # every key the capture recorded (a key summarize_run gained later is not in it)
+        checked = [k for k in summ.to_dict() if k in w and k != "server"]
+        assert REPLAYED_KEYS <= set(checked), (folder, level, REPLAYED_KEYS - set(checked))
+        for key in checked:
+            val = getattr(summ, key)
             if isinstance(val, float):
                 assert w[key] == pytest.approx(val, rel=1e-12), (folder, level, key)
             else:
                 assert w[key] == val, (folder, level, key)
         assert w["energy_mj_per_output_token"] == pytest.approx(
-            energy_per_token_mj(w["gpu_telemetry"], summ["completion_tokens_total"]), rel=1e-12)
-        assert summ["token_accounting_ok"] and summ["completion_tokens_total"] == 8 * MAX_NEW_TOKENS
-        assert summ["verify_graph_fraction"] == (1.0 if graphs else 0.0)
+            energy_per_token_mj(w["gpu_telemetry"], summ.completion_tokens_total), rel=1e-12)
+        assert summ.token_accounting_ok and summ.completion_tokens_total == 8 * MAX_NEW_TOKENS
+        assert summ.verify_graph_fraction == (1.0 if graphs else 0.0)
         if spec:
-            assert summ["accept_length"] == pytest.approx(SIMULATED_ACCEPT, abs=0.15)
-            assert summ["verify_ms"] > 0 and summ["decode_ms"] is None
+            assert summ.accept_length == pytest.approx(SIMULATED_ACCEPT, abs=0.15)
+            assert summ.verify_ms > 0 and summ.decode_ms is None
         else:
-            assert summ["accept_length"] is None and summ["decode_ms"] > 0
+            assert summ.accept_length is None and summ.decode_ms > 0
         # the window's server readout sits inside the capture's own surfaces
         srv = w["server"]
         after = _json(folder, "server_info.after.json")["internal_states"][0]["step_time_dict"]
@@ -489,13 +497,13 @@ def test_client_records_account_for_every_token():
     for folder, (spec, _) in CAPTURES.items():
         for r in _records(folder):
             m = request_metrics(r)
-            assert m["token_accounting_ok"], (folder, r["rid"])
+            assert m.token_accounting_ok, (folder, r["rid"])
             assert r["output_ids"] is not None and len(r["output_ids"]) == r["completion_tokens"]
             if spec:
-                assert m["accept_length"] == pytest.approx(r["meta_info"]["spec_accept_length"], rel=1e-9)
-                assert m["n_chunks"] == r["meta_info"]["spec_verify_ct"] + 1
+                assert m.accept_length == pytest.approx(r["meta_info"]["spec_accept_length"], rel=1e-9)
+                assert m.n_chunks == r["meta_info"]["spec_verify_ct"] + 1
             else:
-                assert m["accept_length"] is None and m["n_chunks"] == r["completion_tokens"]
+                assert m.accept_length is None and m.n_chunks == r["completion_tokens"]
 
 
 @pytest.mark.parametrize("folder", CAPTURES)
