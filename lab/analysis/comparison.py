@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lab import catalog
 from lab.analysis import launches as lz
-from lab.analysis.estimates import Estimate, Ratio
+from lab.analysis.estimates import Estimate, Ratio, group_estimates
 from lab.config import BenchParams, LosslessParams, launch_stage, repo_root
 from lab.engine.effective import identical_modes, identical_notice
 
@@ -219,6 +219,8 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
         runs = runs.assign(point=[f"c{int(c)}" for c in runs["concurrency"]])
     if "launch" not in runs:
         runs = runs.assign(launch=1)
+    shown = catalog.shown_in(catalog.SUMMARY)
+    estimates = group_estimates(runs, by=("mode", "point"), metrics=[m.name for m in shown])  # as the figures' bars
     for mode in results:
         summary["modes"][mode] = {}
         mine = runs[runs["mode"] == mode]
@@ -239,12 +241,9 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
             if "errors" in sub:  # failed requests are counted, never dropped
                 entry["requests"] = row["requests"] = int(sub["requests"].sum())
                 entry["errors"] = row["errors"] = int(sub["errors"].sum())
-            shown = catalog.shown_in(catalog.SUMMARY)
-            for m in shown:
-                if m.name in sub and sub[m.name].notna().any():
-                    est = lz.mean_estimate(m.name, _groups(sub, m.name))
-                    entry[m.name] = est.to_dict()
-                    row.update(est.columns(m.name))
+            for name, est in estimates.get((mode, key), {}).items():
+                entry[name] = est.to_dict()
+                row.update(est.columns(name))
             if n_launch >= 2:  # each launch's own mean of the compared metrics: the units, for the reader
                 entry["launch_means"] = {m.name: lz.launch_means(_groups(sub, m.name)) for m in shown
                                          if "welch" in m.speedups and m.name in sub}

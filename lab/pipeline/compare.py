@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lab.analysis.comparison import (add_lossless, engine_caption, interval_note, launch_unit_frame, lean_numbers,
+from lab.analysis.comparison import (add_lossless, engine_caption, interval_note, lean_numbers,
                                      load_launches, load_results, requests_frame, runs_frame, summarize)
 from lab.analysis.crosschecks import crosscheck_summary
 from lab.analysis.launches import prior_spread
@@ -76,15 +76,15 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     prov = add_provenance(summary, results)  # engine, timing, weights, acceptance on every row (issue 22)
     summary["caption"] = f"{engine_caption(results, profile).rstrip('.')}. Provenance: {provenance_sentence(prov)}"
     summary["interval_note"] = interval_note(summary)  # what the intervals span, on every figure
-    runs_drawn = launch_unit_frame(runs)  # figures' error bars over the same units as the intervals
     summary["effective_config"] = {m: r.get("effective_config") for m, r in results.items()}
     summary["warnings"] = {m: r["warnings"] for m, r in results.items() if r.get("warnings")}  # hygiene, per mode
     summary["crosscheck"] = crosscheck_summary(results)  # client vs server clocks, for the answer and the report
     add_lossless(summary, res_dir, modes, baseline, bench=params.bench, lossless=params.lossless,  # issue 15
                  simulated={m for m, p in params.modes.items() if p.simulate_accept_length is not None})
-    summary["figures"] = figures.draw_all(primary_runs(runs_drawn), requests_frame(res_dir, modes),
+    # figures' bars and error bars: group_estimates over the same rows and launches as the intervals
+    summary["figures"] = figures.draw_all(primary_runs(runs), requests_frame(res_dir, modes),
                                           primary_summary(summary), rep_dir / "figures")
-    summary["figures"].update(report.explain_figures(params.modes, runs_drawn, summary, rep_dir / "figures"))
+    summary["figures"].update(report.explain_figures(params.modes, runs, summary, rep_dir / "figures"))
     from lab.analysis.taskmix import add_taskmix, taskmix_metrics  # per prompt category
     from lab.report.task_categories import draw_taskmix, write_categories_csv
 
