@@ -22,13 +22,13 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from lab.analysis import stats
 from lab.catalog import interval_kind
 
 __all__ = ["NO_LAUNCH_SPREAD", "no_verdict_note", "finite_or_none", "Estimate", "Ratio", "verdict_column", "WITHIN_ONE_LAUNCH",
-           "across_launches", "borrowed_from", "launch_means", "mean_over_launches", "group_estimates"]
+           "across_launches", "borrowed_from", "Scope", "launch_means", "mean_over_launches", "group_estimates"]
 
 #: The scope of an interval over the repeats of one engine launch per mode: it carries no
 #: launch-to-launch variation (clocks, memory layout, graph capture, NCCL rings).
@@ -51,6 +51,37 @@ def borrowed_from(*earlier: int) -> str:
     earlier launches"`` (each mode had 5), ``"... from 5 and 3 earlier launches"``."""
     ks = list(dict.fromkeys(earlier))
     return f"launch spread borrowed from {' and '.join(str(k) for k in ks)} earlier launches"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What an interval spans, as data: its kind, the launches per mode it stands on, and the label
+    printed for it (``text``, the ``scope`` string of comparison.json and summary.csv).
+
+    :ivar kind: ``"within"`` (the repeats of one launch, :data:`WITHIN_ONE_LAUNCH`), ``"across"``
+        (launch means, :func:`across_launches`), ``"borrowed"`` (one launch, the spread of earlier
+        ones: :func:`borrowed_from`) or ``"assumed"`` (one launch, a documented spread:
+        :func:`lab.analysis.launches.assumed_from`).
+    :ivar launches: launches per mode whose values the interval stands on (the smaller count of
+        the two modes of a ratio); 1 for every kind but ``"across"``.
+    :ivar text: the label, e.g. ``"across 3 launches"``.
+    """
+
+    kind: Literal["within", "across", "borrowed", "assumed"]
+    launches: int
+    text: str
+
+    @classmethod
+    def across(cls, n: int) -> "Scope":
+        """Launch means of ``n`` launches per mode (``n <= 1``: within one launch)."""
+        return cls("across", n, across_launches(n)) if n > 1 else cls("within", 1, WITHIN_ONE_LAUNCH)
+
+    def short(self) -> str:
+        """Two words for narrow columns (``dvc exp show``): ``"1 launch"`` (within one launch, or one
+        launch with an assumed spread), ``"3 launches"``; a borrowed spread keeps its label."""
+        if self.kind == "across":
+            return f"{self.launches} launches"
+        return self.text if self.kind == "borrowed" else "1 launch"
 
 
 def _num(x: Any) -> float | None:
@@ -222,6 +253,21 @@ class Ratio:
             return None
         return cls(ratio, _num(row.get(f"{key}_ci95_lo")), _num(row.get(f"{key}_ci95_hi")),
                    row.get(verdict_column(key)) or None, scope=row.get(f"{key}_scope") or None)
+
+    def scope_data(self) -> Scope | None:
+        """:attr:`scope` as a :class:`Scope`, its launch count from the estimator's own fields
+        (``extra["unit"] == "launch"`` with ``extra["n_units"]``: launch means; ``earlier_launches``:
+        borrowed; ``assumed_launch_cv``: assumed; otherwise within one launch); None without a scope."""
+        if self.scope is None:
+            return None
+        if self.extra.get("unit") == "launch" and self.extra.get("n_units") is not None:
+            n = self.extra["n_units"]
+            return Scope("across", int(min(n) if isinstance(n, (list, tuple)) else n), self.scope)
+        if "earlier_launches" in self.extra:
+            return Scope("borrowed", 1, self.scope)
+        if "assumed_launch_cv" in self.extra:
+            return Scope("assumed", 1, self.scope)
+        return Scope("within", 1, self.scope)
 
     def text(self, *, scope: bool = True) -> str | None:
         """``"1.17x [1.16, 1.18] faster (within one launch)"`` (:func:`lab.analysis.stats.format_speedup`;

@@ -57,7 +57,7 @@ from typing import Any
 
 from lab import catalog
 from lab.analysis.estimates import Ratio
-from lab.analysis.provenance import scope_of
+from lab.analysis.provenance import scope_data, scope_of
 
 __all__ = ["WIDTH", "MAX_LINES", "answer_brief", "answer_speedups", "answer_values", "Answer", "build_answer", "group_warnings", "answer_text",
            "answer_markdown", "answer_html", "warnings_html", "load_answer", "headline_lines", "mode_headline"]
@@ -140,7 +140,8 @@ def _primary(points: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 def mode_headline(comparison: dict[str, Any], mode: str) -> dict[str, Any] | None:
     """The verdict of one speculative mode at its lowest closed-loop point: ``{"point", "ratio",
-    "ci95_lo", "ci95_hi", "verdict", "scope", "text", "others": [(point, verdict, ratio)]}``;
+    "ci95_lo", "ci95_hi", "verdict", "scope", "launch_scope", "text", "others": [(point, verdict, ratio)]}``
+    (``scope`` the label, ``launch_scope`` the :class:`lab.analysis.estimates.Scope` it prints);
     ``text`` is ``"1.15x faster at c1 [1.07, 1.24], within one launch"``. None without a speedup."""
     key = catalog.speedup_key(catalog.headline_metric().name, catalog.VERDICT_SPEEDUP)
     stated = [(p, e[key]) for p, e in _primary((comparison.get("modes") or {}).get(mode) or {})
@@ -149,14 +150,15 @@ def mode_headline(comparison: dict[str, Any], mode: str) -> dict[str, Any] | Non
         return None
     (point, s), rest = stated[0], stated[1:]
     lo, hi = _num(s.get("ci95_lo")), _num(s.get("ci95_hi"))
-    scope = scope_of(s, comparison, mode)
+    launch_scope = scope_data(s, comparison, mode)
+    scope = launch_scope.text
     ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else " (no interval)"
     if s.get("verdict"):
         text = f"{s['ratio']:.2f}x {s['verdict']} at {point}{ci}, {scope}"
     else:  # no verdict word (issue 32): the estimate, and why there is no word
         text = f"{s['ratio']:.2f}x at {point}{ci}, {scope}; {s.get('note') or 'no verdict'}"
     return {"point": point, "ratio": s["ratio"], "ci95_lo": lo, "ci95_hi": hi, "verdict": s.get("verdict"),
-            "scope": scope, "text": text, "others": [(p, o.get("verdict"), o["ratio"]) for p, o in rest]}
+            "scope": scope, "launch_scope": launch_scope, "text": text, "others": [(p, o.get("verdict"), o["ratio"]) for p, o in rest]}
 
 
 def headline_lines(comparison: dict[str, Any]) -> list[tuple[str, str]]:
