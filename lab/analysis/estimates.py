@@ -28,7 +28,7 @@ from lab.analysis import stats
 from lab.catalog import interval_kind
 
 __all__ = ["NO_LAUNCH_SPREAD", "no_verdict_note", "finite_or_none", "Estimate", "Ratio", "verdict_column", "WITHIN_ONE_LAUNCH",
-           "across_launches", "borrowed_from", "Scope", "launch_means", "mean_over_launches", "group_estimates"]
+           "across_launches", "borrowed_from", "Scope", "PointColumns", "launch_means", "mean_over_launches", "group_estimates"]
 
 #: The scope of an interval over the repeats of one engine launch per mode: it carries no
 #: launch-to-launch variation (clocks, memory layout, graph capture, NCCL rings).
@@ -304,6 +304,16 @@ def mean_over_launches(name: str, groups: Sequence[Sequence[float | None]]) -> E
         units = [v for g in groups for v in g]
     m, lo, hi = stats.metric_ci(name, units)
     return Estimate(m, lo, hi, scope=across_launches(n))
+
+
+@dataclass
+class PointColumns:
+    """What a part of the comparison adds at one (mode, point): keys of its entry
+    (:attr:`lab.analysis.comparison.Comparison.modes` ``[mode][point]``) and columns of its flat row (``summary.csv``), in the order
+    they come (:meth:`lab.analysis.comparison.Comparison.merge`)."""
+
+    entry: dict[str, Any] = field(default_factory=dict)
+    row: dict[str, Any] = field(default_factory=dict)
 
 
 def _missing(x: Any) -> bool:

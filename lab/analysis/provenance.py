@@ -20,7 +20,7 @@ from typing import Any
 
 from lab.analysis.estimates import Ratio, Scope
 
-__all__ = ["COLUMNS", "scope_data", "scope_of", "result_provenance", "add_provenance", "tag_rows", "provenance_sentence", "short_label"]
+__all__ = ["COLUMNS", "scope_data", "scope_of", "result_provenance", "mode_provenance", "tag_rows", "provenance_sentence", "short_label"]
 
 #: The interval's label when the comparison says nothing about launches (issue 22: every repeat of a
 #: mode runs in one engine launch, so launch-to-launch variation is not in the interval).
@@ -62,14 +62,10 @@ def result_provenance(result: Mapping[str, Any]) -> dict[str, str]:
     return {"engine": engine, "timing": "measured", "weights": weights, "acceptance": acceptance}
 
 
-def add_provenance(summary: dict[str, Any], results: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, str]]:
-    """``summary["provenance"] = {mode: result_provenance(...)}``, and the four :data:`COLUMNS`
-    on every row of ``summary["rows"]`` (right after ``engine``; summary.csv, concurrency.csv).
-    Returns the mapping."""
-    prov = {mode: result_provenance(r) for mode, r in results.items()}
-    summary["provenance"] = prov
-    summary["rows"] = tag_rows(summary.get("rows") or [], prov, after="engine")
-    return prov
+def mode_provenance(results: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """``{mode: result_provenance(...)}``: the comparison's ``provenance`` part (the compare stage
+    also puts the four :data:`COLUMNS` on every row with :func:`tag_rows`, right after ``engine``)."""
+    return {mode: result_provenance(r) for mode, r in results.items()}
 
 
 def tag_rows(rows: Iterable[Mapping[str, Any]], provenance: Mapping[str, Mapping[str, str]],

@@ -23,7 +23,7 @@ the compare stage, :mod:`lab.pipeline.compare_stage`), the top of ``reports/repo
   speculative mode, come after the per-point detail; None or absent: no rate points);
 - ``lossless`` (optional): :func:`lab.analysis.lossless.check_lossless`'s dict; each mode's
   ``line`` is stated under the mode;
-- ``taskmix`` (optional): per-category rows of :func:`lab.analysis.taskmix.add_taskmix`,
+- ``taskmix`` (optional): per-category rows of :func:`lab.analysis.taskmix.comparison_taskmix`,
   rendered by :mod:`lab.report.task_categories` as the "Per task category" lines;
 - ``warnings``: ``{mode: [text, ...]}`` (measurement hygiene, lossless check); ``notice``: a sentence
   when two modes resolved to the same configuration; ``caption``: which engine produced
