@@ -126,12 +126,8 @@ def headline_record(summary: dict[str, Any], mode: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     h = mode_headline(summary, mode)
     if h is not None:
-        scope = h["launch_scope"].short()  # "1 launch" (also with an assumed spread: no word), "3 launches"
-        ci = f" [{h['ci95_lo']:.2f}, {h['ci95_hi']:.2f}]" if h["ci95_lo"] is not None and h["ci95_hi"] is not None else ""
-        word = HEADLINE_WORDS.get(h["verdict"], h["verdict"]) or "not judged"
-        out.update(headline=f"{h['ratio']:.2f}x{ci} {word}, {scope}", point=h["point"],
-                   speedup=round(float(h["ratio"]), 3))
-        out.update(context_speedups(summary, mode, h["point"]))
+        out.update(headline=h.short(HEADLINE_WORDS), point=h.point, speedup=round(float(h.speedup.ratio), 3))
+        out.update(context_speedups(summary, mode, h.point))
     else:
         m = catalog.headline_metric()
         points = sorted(((k, e) for k, e in (summary["modes"].get(mode) or {}).items()
