@@ -214,7 +214,7 @@ def launch_unit_frame(runs: pd.DataFrame) -> pd.DataFrame:
     return out.assign(repeat=out["launch"])
 
 
-def interval_note(summary: dict[str, Any]) -> str:
+def interval_note(summary: Mapping[str, Any]) -> str:
     """One sentence for figure captions and the report: what the comparison's intervals span,
     e.g. ``"95 % intervals within one launch per mode (bench.launches: 1): they carry no
     launch-to-launch variation."``"""
@@ -384,7 +384,7 @@ def entry_backends(entry: dict[str, Any]) -> dict[str, str]:
     return {k: entry[k] for k in ("verify_backend", "draft_backend") if entry.get(k)}
 
 
-def scope_labels(summary: dict[str, Any]) -> dict[str, str]:
+def scope_labels(summary: Mapping[str, Any]) -> dict[str, str]:
     """What every interval of the comparison spans, as flat labels beside the numbers of
     :func:`lean_numbers` in ``reports/summary.json`` (``dvc metrics show``):
     ``<mode>.<point>.interval_scope`` (the means) and ``<mode>.<point>.<speedup key>_scope``
@@ -402,7 +402,7 @@ def scope_labels(summary: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def lean_numbers(summary: dict[str, Any]) -> dict[str, float]:
+def lean_numbers(summary: Mapping[str, Any]) -> dict[str, float]:
     """Flat numbers for DVC (``reports/summary.json``) and MLflow: ``<mode>.<point>.<metric>``
     means of every metric :mod:`lab.catalog` shows in ``mlflow``, ``<mode>.<point>.launches`` (the
     launches per mode behind the intervals: 1 is within one launch, :func:`scope_labels` says it in

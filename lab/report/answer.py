@@ -19,7 +19,7 @@ the compare stage, :mod:`lab.pipeline.compare_stage`), the top of ``reports/repo
   (:func:`lab.analysis.crosschecks.crosscheck_summary`);
 - ``break_even``: per speculative mode at its lowest concurrency, the break-even explanation
   (:func:`lab.analysis.theory.explain`);
-- ``load``: :func:`lab.analysis.load.add_load`'s section (its ``sentences``, one per
+- ``load``: :func:`lab.analysis.load.load_part`'s section (its ``sentences``, one per
   speculative mode, come after the per-point detail; None or absent: no rate points);
 - ``lossless`` (optional): :func:`lab.analysis.lossless.check_lossless`'s dict; each mode's
   ``line`` is stated under the mode;
@@ -72,7 +72,7 @@ MAX_LINES = 30
 def answer_speedups() -> list[tuple[str, str]]:
     """``(entry key, label)`` of every speedup the answer states, in order: those of the metrics
     :mod:`lab.catalog` shows in ``answer`` (the per-prompt one is
-    :func:`lab.analysis.paired.add_paired`'s ratio and its interval)."""
+    :func:`lab.analysis.paired.paired_part`'s ratio and its interval)."""
     return [(catalog.speedup_key(m.name, k), f"{m.header} paired per prompt" if k == "per_prompt" else m.header)
             for m in catalog.shown_in(catalog.ANSWER) for k in m.speedups]
 
