@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import catalog
-from lab.analysis import stats
+from lab.analysis.estimates import group_estimates
 from lab.measure.point import level_key
 from lab.measure.request_record import RequestRecord, as_records
 
@@ -31,7 +31,8 @@ def headline_metrics() -> list[str]:
 
 def aggregate_point(runs: list[dict[str, Any]], level: int, point: str | None = None) -> dict[str, Any]:
     """Mean and 95 % interval over the repeats of one level (and point key), per headline metric
-    (:func:`lab.analysis.stats.metric_ci`: Student-t; exact Poisson for counts).
+    (:func:`lab.analysis.estimates.group_estimates`, the rule :mod:`lab.catalog` declares:
+    Student-t; exact Poisson for counts).
 
     :param runs: per-repeat summaries (``runs.json`` rows) of any points.
     :param level: concurrency; :param point: point key (default: the primary ``c<level>``).
@@ -44,11 +45,8 @@ def aggregate_point(runs: list[dict[str, Any]], level: int, point: str | None = 
     if rows and "context_tokens" in rows[0]:
         out.update(context_tokens=rows[0]["context_tokens"], max_new_tokens=rows[0]["max_new_tokens"])
     out["repeats"] = len(rows)
-    for key in headline_metrics():
-        values = [r.get(key) for r in rows if r.get(key) is not None]
-        if values:
-            mean, lo, hi = stats.metric_ci(key, values)  # t-interval; exact Poisson for counts
-            out[key] = {"mean": mean, "ci95_lo": lo, "ci95_hi": hi, "values": values}
+    ests = group_estimates(rows, by=(), metrics=headline_metrics(), launch=None, keep_values=True)  # t; Poisson for counts
+    out.update({key: est.to_dict() for key, est in ests.get((), {}).items()})
     out["token_accounting_ok"] = all(r.get("token_accounting_ok", True) for r in rows)
     out["crosscheck_flags"] = [f"repeat {r.get('repeat')}: {f}" for r in rows
                                for f in (r.get("crosscheck") or {}).get("flags", [])]

@@ -13,24 +13,115 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from lab import catalog
 from lab.analysis import launches as lz
-from lab.analysis.estimates import Estimate, Ratio
+from lab.analysis.estimates import Estimate, PointColumns, Ratio, group_estimates
 from lab.config import BenchParams, LosslessParams, launch_stage, repo_root
 from lab.engine.effective import identical_modes, identical_notice
 
 if TYPE_CHECKING:  # pandas is imported where used: `lab summary` must start fast
     import pandas as pd
 
-__all__ = ["CompareError", "load_results", "load_launches", "runs_frame", "launch_unit_frame", "interval_note",
-           "requests_frame", "summarize", "engine_caption", "lean_numbers", "scope_labels", "add_lossless", "entry_backends"]
+__all__ = ["CompareError", "Comparison", "UNSET", "load_results", "load_launches", "runs_frame", "launch_unit_frame", "interval_note",
+           "requests_frame", "summarize", "engine_caption", "lean_numbers", "scope_labels", "entry_backends", "lossless_part"]
 
 
 class CompareError(RuntimeError):
     """A mode's results are missing or marked failed; the message names the mode and the fix."""
+
+
+class _Unset:
+    """The value of a :class:`Comparison` part not computed (absent from :meth:`Comparison.to_dict`)."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: A :class:`Comparison` part that was not computed: it is absent from the comparison's files.
+UNSET: Any = _Unset()
+
+
+@dataclass(eq=False)
+class Comparison(Mapping):
+    """The comparison across modes: :func:`summarize`'s numbers, then each part the compare stage
+    adds (:func:`lab.pipeline.compare.run_compare` assembles it). It becomes ``comparison.json``'s
+    dict only when written (:meth:`to_dict`: the parts in field order, those left :data:`UNSET`
+    absent). Readers of the report code may index it as a read-only mapping (``c["modes"]``,
+    ``c.get("caption")``): the same keys as :meth:`to_dict`; parts are set by attribute.
+
+    :ivar baseline: the baseline mode, or None.
+    :ivar modes: ``mode -> point -> entry`` (an entry: ``concurrency``, ``repeats``, ``launches``,
+        ``interval_scope``, each metric's :meth:`Estimate.to_dict`, each speedup's
+        :meth:`Ratio.to_dict`...: comparison.json's shape).
+    :ivar rows: one flat row per mode x point (``summary.csv``); not in ``comparison.json``.
+    :ivar identical_effective_config: groups of modes that resolved to the same configuration.
+    :ivar notice: the sentence saying so, or None.
+    :ivar provenance, caption, interval_note, effective_config, warnings, crosscheck, lossless, figures,
+        break_even, crossover, taskmix, acceptance_by_position, waterfall, trace, load, load_flat,
+        mlflow_run_id: the compare stage's parts (:mod:`lab.pipeline.compare`), :data:`UNSET` until set.
+    """
+
+    baseline: str | None
+    modes: dict[str, dict[str, dict[str, Any]]]
+    rows: list[dict[str, Any]]
+    identical_effective_config: list[Any] = field(default_factory=list)
+    notice: str | None = None
+    provenance: Any = UNSET
+    caption: Any = UNSET
+    interval_note: Any = UNSET
+    effective_config: Any = UNSET
+    warnings: Any = UNSET
+    crosscheck: Any = UNSET
+    lossless: Any = UNSET
+    figures: Any = UNSET
+    break_even: Any = UNSET
+    crossover: Any = UNSET
+    taskmix: Any = UNSET
+    acceptance_by_position: Any = UNSET
+    waterfall: Any = UNSET
+    trace: Any = UNSET
+    load: Any = UNSET
+    load_flat: Any = UNSET
+    mlflow_run_id: Any = UNSET
+
+    def _set(self) -> list[str]:
+        return [f.name for f in fields(self) if getattr(self, f.name) is not UNSET]
+
+    def __getitem__(self, key: str) -> Any:
+        if not isinstance(key, str) or key not in _COMPARISON_FIELDS or getattr(self, key) is UNSET:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self):
+        return iter(self._set())
+
+    def __len__(self) -> int:
+        return len(self._set())
+
+    def merge(self, points: Mapping[tuple[str, str], PointColumns]) -> None:
+        """Put each part's :class:`PointColumns` into the entry and the row of its ``(mode, point)``
+        (a key without an entry or a row adds nothing there): how the compare stage assembles the
+        comparison from the parts :func:`lab.analysis.paired.paired_part`,
+        :func:`lab.analysis.load.load_part` and :func:`lossless_part` return."""
+        for (mode, point), cols in points.items():
+            entry = (self.modes.get(mode) or {}).get(point)
+            if entry is not None:
+                entry.update(cols.entry)
+            for row in self.rows:
+                if row.get("mode") == mode and row.get("point") == point:
+                    row.update(cols.row)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"baseline", "modes", "rows", "identical_effective_config", "notice", <each set part>}``
+        in that order (comparison.json without ``rows``: :func:`lab.report.tables.write_comparison_json`)."""
+        return {k: getattr(self, k) for k in self._set()}
+
+
+_COMPARISON_FIELDS = frozenset(f.name for f in fields(Comparison))
 
 
 def _read_result(path: Path, stage: str) -> dict[str, Any]:
@@ -123,7 +214,7 @@ def launch_unit_frame(runs: pd.DataFrame) -> pd.DataFrame:
     return out.assign(repeat=out["launch"])
 
 
-def interval_note(summary: dict[str, Any]) -> str:
+def interval_note(summary: Mapping[str, Any]) -> str:
     """One sentence for figure captions and the report: what the comparison's intervals span,
     e.g. ``"95 % intervals within one launch per mode (bench.launches: 1): they carry no
     launch-to-launch variation."``"""
@@ -196,7 +287,7 @@ def _groups(sub: pd.DataFrame, name: str) -> list[list[float]]:
 
 
 def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: str | None, *,
-              launch_prior: "lz.Spread | None" = None) -> dict[str, Any]:
+              launch_prior: "lz.Spread | None" = None) -> Comparison:
     """Per mode and level: mean and 95 % CI of every metric :mod:`lab.catalog` shows in
     ``summary``, and the Welch speedup over the baseline of those it compares that way, with
     the launch means as units when there are two or more launches and the scope of each
@@ -208,19 +299,21 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
     :param launch_prior: the documented launch spread of the engine and profile
         (:func:`lab.analysis.launches.prior_spread`) that widens a one-launch interval without a
         verdict word (:func:`lab.analysis.launches.withhold`).
-    :returns: ``{"baseline", "modes": {mode: {"c1": {...}}}, "identical_effective_config",
-        "notice", "rows": [...]}``; ``rows`` is flat (one per mode x level) for the CSV. An
+    :returns: a :class:`Comparison` with ``baseline``, ``modes`` (``{mode: {"c1": {...}}}``),
+        ``identical_effective_config``, ``notice`` and ``rows``; ``rows`` is flat (one per mode x level) for the CSV. An
         entry holds ``launches`` (launches per mode measured at the point), ``interval_scope``
         (what its means' intervals span) and with two or more launches ``launch_means`` (each
         launch's mean of the metrics compared by Welch); each speedup its own ``scope``.
     """
-    summary: dict[str, Any] = {"baseline": baseline, "modes": {}, "rows": []}
+    summary = Comparison(baseline, {}, [])
     if "point" not in runs:  # results from before the context/output axes
         runs = runs.assign(point=[f"c{int(c)}" for c in runs["concurrency"]])
     if "launch" not in runs:
         runs = runs.assign(launch=1)
+    shown = catalog.shown_in(catalog.SUMMARY)
+    estimates = group_estimates(runs, by=("mode", "point"), metrics=[m.name for m in shown])  # as the figures' bars
     for mode in results:
-        summary["modes"][mode] = {}
+        summary.modes[mode] = {}
         mine = runs[runs["mode"] == mode]
         for key in dict.fromkeys(mine["point"]):
             sub = mine[mine["point"] == key]
@@ -239,12 +332,9 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
             if "errors" in sub:  # failed requests are counted, never dropped
                 entry["requests"] = row["requests"] = int(sub["requests"].sum())
                 entry["errors"] = row["errors"] = int(sub["errors"].sum())
-            shown = catalog.shown_in(catalog.SUMMARY)
-            for m in shown:
-                if m.name in sub and sub[m.name].notna().any():
-                    est = lz.mean_estimate(m.name, _groups(sub, m.name))
-                    entry[m.name] = est.to_dict()
-                    row.update(est.columns(m.name))
+            for name, est in estimates.get((mode, key), {}).items():
+                entry[name] = est.to_dict()
+                row.update(est.columns(name))
             if n_launch >= 2:  # each launch's own mean of the compared metrics: the units, for the reader
                 entry["launch_means"] = {m.name: lz.launch_means(_groups(sub, m.name)) for m in shown
                                          if "welch" in m.speedups and m.name in sub}
@@ -259,16 +349,16 @@ def summarize(results: dict[str, dict[str, Any]], runs: pd.DataFrame, baseline: 
                         k = catalog.speedup_key(m.name, "welch")
                         entry[k] = r.to_dict()
                         row.update(r.columns(k))
-            summary["modes"][mode][key] = entry
-            summary["rows"].append(row)
+            summary.modes[mode][key] = entry
+            summary.rows.append(row)
     # Same resolved arguments *and* the same measured CUDA-graph share of verify: the
     # emulator (and older SGLang builds) run prefill-mode verify outside graphs.
     groups = identical_modes({
         m: ({**r["effective_config"], "measured_verify_graph_fraction":
              _round(r.get("headline", {}).get("verify_graph_fraction"))} if r.get("effective_config") else None)
         for m, r in results.items()})
-    summary["identical_effective_config"] = groups
-    summary["notice"] = identical_notice(groups)
+    summary.identical_effective_config = groups
+    summary.notice = identical_notice(groups)
     return summary
 
 
@@ -294,7 +384,7 @@ def entry_backends(entry: dict[str, Any]) -> dict[str, str]:
     return {k: entry[k] for k in ("verify_backend", "draft_backend") if entry.get(k)}
 
 
-def scope_labels(summary: dict[str, Any]) -> dict[str, str]:
+def scope_labels(summary: Mapping[str, Any]) -> dict[str, str]:
     """What every interval of the comparison spans, as flat labels beside the numbers of
     :func:`lean_numbers` in ``reports/summary.json`` (``dvc metrics show``):
     ``<mode>.<point>.interval_scope`` (the means) and ``<mode>.<point>.<speedup key>_scope``
@@ -312,7 +402,7 @@ def scope_labels(summary: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def lean_numbers(summary: dict[str, Any]) -> dict[str, float]:
+def lean_numbers(summary: Mapping[str, Any]) -> dict[str, float]:
     """Flat numbers for DVC (``reports/summary.json``) and MLflow: ``<mode>.<point>.<metric>``
     means of every metric :mod:`lab.catalog` shows in ``mlflow``, ``<mode>.<point>.launches`` (the
     launches per mode behind the intervals: 1 is within one launch, :func:`scope_labels` says it in
@@ -341,13 +431,13 @@ def lean_numbers(summary: dict[str, Any]) -> dict[str, float]:
     return flat
 
 
-def add_lossless(summary: dict[str, Any], results_dir: Path, modes: list[str], baseline: str | None, *,
-                 bench: BenchParams, lossless: LosslessParams, simulated: Collection[str] = (),
-                 root: Path | None = None) -> None:
-    """Run :func:`lab.analysis.lossless.check_lossless` on ``<results_dir>/<mode>/requests.jsonl``
-    and add it to ``summary``: ``summary["lossless"]`` (the check's dict), its warnings
-    appended to ``summary["warnings"][mode]``, and ``lossless_identical_share`` on every
-    checked row of ``summary["rows"]`` (summary.csv, ``dvc plots``).
+def lossless_part(rows: list[dict[str, Any]], results_dir: Path, modes: list[str], baseline: str | None, *,
+                  bench: BenchParams, lossless: LosslessParams, simulated: Collection[str] = (),
+                  root: Path | None = None) -> tuple[dict[str, Any], dict[tuple[str, str], PointColumns]]:
+    """Run :func:`lab.analysis.lossless.check_lossless` on ``<results_dir>/<mode>/requests.jsonl``:
+    the comparison's ``lossless`` part (the check's dict; the compare stage appends its
+    ``warnings`` to each mode's) and ``lossless_identical_share`` for every checked row of ``rows``
+    (summary.csv, ``dvc plots``) as :class:`PointColumns` (:meth:`Comparison.merge`).
 
     Prompt heads come from ``bench.dataset`` (relative to ``root``, default the repository
     root; none when it cannot be read); the modes in ``simulated`` (``simulate_accept_length``
@@ -371,13 +461,12 @@ def add_lossless(summary: dict[str, Any], results_dir: Path, modes: list[str], b
             for m in modes if m in simulated}
     res = check_lossless(records, baseline, temperature=bench.temperature,
                          min_identical_share=lossless.min_identical_share, prompt_texts=texts, skip=skip)
-    summary["lossless"] = res
-    for mode, ws in res["warnings"].items():
-        summary.setdefault("warnings", {}).setdefault(mode, []).extend(ws)
-    for row in summary["rows"]:
+    cols: dict[tuple[str, str], PointColumns] = {}
+    for row in rows:
         pt = ((res["modes"].get(row["mode"]) or {}).get("points") or {}).get(row.get("point"))
         if pt:
-            row["lossless_identical_share"] = pt["identical_share"]
+            cols[(row["mode"], row.get("point"))] = PointColumns(row={"lossless_identical_share": pt["identical_share"]})
+    return res, cols
 
 
 def _round(x: float | None) -> float | None:

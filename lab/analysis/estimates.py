@@ -20,12 +20,15 @@ borrowed from earlier launches of the same configuration (:mod:`lab.analysis.lau
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Mapping
 
 from lab.analysis import stats
+from lab.catalog import interval_kind
 
-__all__ = ["NO_LAUNCH_SPREAD", "no_verdict_note", "finite_or_none", "Estimate", "Ratio", "verdict_column", "WITHIN_ONE_LAUNCH", "across_launches", "borrowed_from"]
+__all__ = ["NO_LAUNCH_SPREAD", "no_verdict_note", "finite_or_none", "Estimate", "Ratio", "verdict_column", "WITHIN_ONE_LAUNCH",
+           "across_launches", "borrowed_from", "Scope", "PointColumns", "launch_means", "mean_over_launches", "group_estimates"]
 
 #: The scope of an interval over the repeats of one engine launch per mode: it carries no
 #: launch-to-launch variation (clocks, memory layout, graph capture, NCCL rings).
@@ -48,6 +51,37 @@ def borrowed_from(*earlier: int) -> str:
     earlier launches"`` (each mode had 5), ``"... from 5 and 3 earlier launches"``."""
     ks = list(dict.fromkeys(earlier))
     return f"launch spread borrowed from {' and '.join(str(k) for k in ks)} earlier launches"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What an interval spans, as data: its kind, the launches per mode it stands on, and the label
+    printed for it (``text``, the ``scope`` string of comparison.json and summary.csv).
+
+    :ivar kind: ``"within"`` (the repeats of one launch, :data:`WITHIN_ONE_LAUNCH`), ``"across"``
+        (launch means, :func:`across_launches`), ``"borrowed"`` (one launch, the spread of earlier
+        ones: :func:`borrowed_from`) or ``"assumed"`` (one launch, a documented spread:
+        :func:`lab.analysis.launches.assumed_from`).
+    :ivar launches: launches per mode whose values the interval stands on (the smaller count of
+        the two modes of a ratio); 1 for every kind but ``"across"``.
+    :ivar text: the label, e.g. ``"across 3 launches"``.
+    """
+
+    kind: Literal["within", "across", "borrowed", "assumed"]
+    launches: int
+    text: str
+
+    @classmethod
+    def across(cls, n: int) -> "Scope":
+        """Launch means of ``n`` launches per mode (``n <= 1``: within one launch)."""
+        return cls("across", n, across_launches(n)) if n > 1 else cls("within", 1, WITHIN_ONE_LAUNCH)
+
+    def short(self) -> str:
+        """Two words for narrow columns (``dvc exp show``): ``"1 launch"`` (within one launch, or one
+        launch with an assumed spread), ``"3 launches"``; a borrowed spread keeps its label."""
+        if self.kind == "across":
+            return f"{self.launches} launches"
+        return self.text if self.kind == "borrowed" else "1 launch"
 
 
 def _num(x: Any) -> float | None:
@@ -220,6 +254,21 @@ class Ratio:
         return cls(ratio, _num(row.get(f"{key}_ci95_lo")), _num(row.get(f"{key}_ci95_hi")),
                    row.get(verdict_column(key)) or None, scope=row.get(f"{key}_scope") or None)
 
+    def scope_data(self) -> Scope | None:
+        """:attr:`scope` as a :class:`Scope`, its launch count from the estimator's own fields
+        (``extra["unit"] == "launch"`` with ``extra["n_units"]``: launch means; ``earlier_launches``:
+        borrowed; ``assumed_launch_cv``: assumed; otherwise within one launch); None without a scope."""
+        if self.scope is None:
+            return None
+        if self.extra.get("unit") == "launch" and self.extra.get("n_units") is not None:
+            n = self.extra["n_units"]
+            return Scope("across", int(min(n) if isinstance(n, (list, tuple)) else n), self.scope)
+        if "earlier_launches" in self.extra:
+            return Scope("borrowed", 1, self.scope)
+        if "assumed_launch_cv" in self.extra:
+            return Scope("assumed", 1, self.scope)
+        return Scope("within", 1, self.scope)
+
     def text(self, *, scope: bool = True) -> str | None:
         """``"1.17x [1.16, 1.18] faster (within one launch)"`` (:func:`lab.analysis.stats.format_speedup`;
         the scope when asked for and known); None without a ratio."""
@@ -227,3 +276,98 @@ class Ratio:
             return None
         return stats.format_speedup(self.ratio, finite_or_none(self.ci95_lo), finite_or_none(self.ci95_hi), self.verdict,
                                     scope=self.scope if scope else None, note=self.note)
+
+
+def launch_means(groups: Sequence[Sequence[float | None]]) -> list[float]:
+    """The mean of each launch's finite values (``groups[k]``: the repeats of launch k; launches
+    without any are dropped)."""
+    out = []
+    for g in groups:
+        v = stats.finite(g)
+        if v.size:
+            out.append(float(v.mean()))
+    return out
+
+
+def mean_over_launches(name: str, groups: Sequence[Sequence[float | None]]) -> Estimate:
+    """Metric ``name`` of one mode at one point, from its per-launch values (``groups[k]``: the
+    repeats of launch k).
+
+    Two or more launches: :func:`lab.analysis.stats.metric_ci` over the launch means (counts:
+    the exact Poisson interval over every repeat), scope :func:`across_launches`. One launch:
+    over its repeats, scope :data:`WITHIN_ONE_LAUNCH`.
+    """
+    n = len(launch_means(groups))
+    if n >= 2:
+        units = [v for g in groups for v in g] if interval_kind(name) == "count" else launch_means(groups)
+    else:
+        units = [v for g in groups for v in g]
+    m, lo, hi = stats.metric_ci(name, units)
+    return Estimate(m, lo, hi, scope=across_launches(n))
+
+
+@dataclass
+class PointColumns:
+    """What a part of the comparison adds at one (mode, point): keys of its entry
+    (:attr:`lab.analysis.comparison.Comparison.modes` ``[mode][point]``) and columns of its flat row (``summary.csv``), in the order
+    they come (:meth:`lab.analysis.comparison.Comparison.merge`)."""
+
+    entry: dict[str, Any] = field(default_factory=dict)
+    row: dict[str, Any] = field(default_factory=dict)
+
+
+def _missing(x: Any) -> bool:
+    """No value: None, or NaN (a frame's empty cell)."""
+    return x is None or (isinstance(x, float) and x != x)
+
+
+def group_estimates(rows: Iterable[Mapping[str, Any]] | Any, by: Sequence[str], metrics: Iterable[str], *,
+                    launch: str | None = "launch", keep_values: bool = False
+                    ) -> dict[tuple[Hashable, ...], dict[str, Estimate]]:
+    """Group per-repeat rows and estimate each metric of each group: the one computation behind
+    result.json's ``levels`` (:func:`lab.analysis.aggregate.aggregate_point`), the comparison's
+    entries and summary tables (:func:`lab.analysis.comparison.summarize`) and the figures' bars
+    and error bars (:mod:`lab.report.figures`, :mod:`lab.report.sweep_figures`), so a metric has
+    the same interval wherever it is shown.
+
+    Each estimate is the interval :mod:`lab.catalog` declares for the metric
+    (:func:`lab.analysis.stats.metric_ci`). With ``launch`` set, a group's rows are split by that
+    field (missing: launch 1) and :func:`mean_over_launches` estimates over the
+    launch means when there are two or more launches (scope ``"across N launches"``), else over the
+    repeats (scope :data:`WITHIN_ONE_LAUNCH`); with ``launch=None`` every row is one unit and the
+    estimate has no scope (result.json's per-launch levels).
+
+    :param rows: one mapping per (point, repeat) (``runs.json`` rows), or a pandas DataFrame of them
+        (:func:`lab.analysis.comparison.runs_frame`).
+    :param by: the fields whose values make a group's key, e.g. ``("mode", "point")``; ``()``: one
+        group, key ``()``.
+    :param metrics: metric names (:mod:`lab.catalog`); a row's None, NaN or missing value is no value.
+    :param keep_values: keep each group's values (one per row with a value, in row order, as given:
+        an int stays an int) on the estimate.
+    :returns: ``{key tuple: {metric: Estimate}}``, groups in the order their first row comes,
+        metrics in ``metrics`` order; a metric without any value in a group is absent from it.
+    """
+    if hasattr(rows, "to_dict") and not isinstance(rows, Mapping):  # a DataFrame
+        rows = rows.to_dict("records")
+    names = list(metrics)
+    groups: dict[tuple[Hashable, ...], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r.get(k) for k in by), []).append(r)
+    out: dict[tuple[Hashable, ...], dict[str, Estimate]] = {}
+    for key, members in groups.items():
+        ests: dict[str, Estimate] = {}
+        for name in names:
+            vals = [(r.get(launch, 1) if launch else 1, r[name]) for r in members if not _missing(r.get(name))]
+            if not vals:
+                continue
+            values = [v for _, v in vals]
+            if launch is None:
+                ests[name] = Estimate.of(name, values, keep_values=keep_values)
+                continue
+            per_launch: dict[Any, list[float]] = {}
+            for n, v in sorted(vals, key=lambda nv: nv[0]):
+                per_launch.setdefault(n, []).append(v)
+            est = mean_over_launches(name, list(per_launch.values()))
+            ests[name] = replace(est, values=values) if keep_values else est
+        out[key] = ests
+    return out

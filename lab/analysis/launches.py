@@ -50,9 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.analysis import estimates as _est
 from lab.analysis import stats
 from lab.analysis.estimates import NO_LAUNCH_SPREAD, WITHIN_ONE_LAUNCH, Estimate, Ratio, across_launches, borrowed_from
-from lab.catalog import interval_kind
 from lab.config.paths import launch_results_dir
 
 __all__ = ["NO_LAUNCH_SPREAD", "prior_spread", "assumed_from", "withhold", "Spread", "launch_dirs", "launch_means", "mean_estimate", "welch_speedup", "borrow", "spreads_for", "WITHIN_ONE_LAUNCH",
@@ -131,13 +131,9 @@ def withhold(r: Ratio, prior: "Spread | None" = None) -> Ratio:
 
 
 def launch_means(groups: Sequence[Sequence[float | None]]) -> list[float]:
-    """The mean of each launch's finite values (launches without any are dropped)."""
-    out = []
-    for g in groups:
-        v = stats.finite(g)
-        if v.size:
-            out.append(float(v.mean()))
-    return out
+    """The mean of each launch's finite values (launches without any are dropped):
+    :func:`lab.analysis.estimates.launch_means`."""
+    return _est.launch_means(groups)
 
 
 def _launches(groups: Sequence[Sequence[float | None]]) -> int:
@@ -146,19 +142,9 @@ def _launches(groups: Sequence[Sequence[float | None]]) -> int:
 
 def mean_estimate(name: str, groups: Sequence[Sequence[float | None]]) -> Estimate:
     """Metric ``name`` of one mode at one point, from its per-launch values (``groups[k]``: the
-    repeats of launch k).
-
-    Two or more launches: :func:`lab.analysis.stats.metric_ci` over the launch means (counts:
-    the exact Poisson interval over every repeat), scope :func:`across_launches`. One launch:
-    over its repeats, scope :data:`WITHIN_ONE_LAUNCH`.
-    """
-    n = _launches(groups)
-    if n >= 2:
-        units = [v for g in groups for v in g] if interval_kind(name) == "count" else launch_means(groups)
-    else:
-        units = [v for g in groups for v in g]
-    m, lo, hi = stats.metric_ci(name, units)
-    return Estimate(m, lo, hi, scope=across_launches(n))
+    repeats of launch k): :func:`lab.analysis.estimates.mean_over_launches` (the rule of
+    :func:`lab.analysis.estimates.group_estimates`)."""
+    return _est.mean_over_launches(name, groups)
 
 
 def welch_speedup(base: Sequence[Sequence[float | None]], other: Sequence[Sequence[float | None]], *,

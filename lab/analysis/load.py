@@ -29,15 +29,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 
 from lab.analysis import stats
-from lab.analysis.estimates import NO_LAUNCH_SPREAD, Ratio, across_launches, finite_or_none, no_verdict_note
+from lab.analysis.estimates import NO_LAUNCH_SPREAD, PointColumns, Ratio, across_launches, finite_or_none, no_verdict_note
 from lab.catalog import speedup_key
 
 __all__ = ["load_settings", "pareto_front", "goodput_speedup", "goodput_speedup_launches", "beats_up_to",
-           "beats_sentence", "slo_text", "add_load"]
+           "beats_sentence", "slo_text", "LoadPart", "load_part"]
 
 def load_settings(bench: Any) -> dict[str, Any]:
     """What ``result.json`` records of a mode's open-loop settings (``bench`` is
@@ -261,43 +262,60 @@ def _all_good(sub: Any) -> bool:
     return "slo_attainment" in sub and len(sub) > 0 and bool((sub["slo_attainment"] == 1.0).all())
 
 
-def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[str, Any]],
-             baseline: str | None) -> tuple[dict[str, float], list[dict[str, Any]] | None]:
+@dataclass
+class LoadPart:
+    """The comparison's load part (:func:`load_part`).
+
+    :ivar load: ``{"goodput_definition", "slo", "burstiness", "rates", "sentences": {mode: text},
+        "beats": {mode: beats_up_to(...)}}``, or None when the results predate open-loop load.
+    :ivar points: ``(mode, point) -> PointColumns`` (``request_rate`` and ``speedup_goodput_req_s``
+        for the entry; the same and ``goodput_definition`` for the row: :meth:`lab.analysis.comparison.Comparison.merge`).
+    :ivar flat: the flat MLflow/DVC metrics ``<mode>.beats_up_to_req_s`` (0 when it beats at no rate).
+    :ivar pareto: the Pareto rows, one dict per mode x point: ``mode, point, kind``
+        (``concurrency``/``rate``), ``output_tok_s_per_user``, ``output_tok_s`` (tok/s, means over
+        repeats), ``on_frontier`` within its mode; None when ``load`` is.
+    """
+
+    load: dict[str, Any] | None
+    points: dict[tuple[str, str], Any] = field(default_factory=dict)
+    flat: dict[str, float] = field(default_factory=dict)
+    pareto: list[dict[str, Any]] | None = None
+
+
+def load_part(comparison: Mapping[str, Any], runs: Any, results: Mapping[str, Mapping[str, Any]],
+              baseline: str | None) -> LoadPart:
     """The comparison stage's load section: goodput speedups per point, the Pareto points and
     frontier, and one sentence per speculative mode (the goodput means and intervals are the
     comparison's, :func:`lab.analysis.comparison.summarize`, as :mod:`lab.catalog` declares them).
 
-    Adds to every non-baseline ``summary["modes"][mode][point]`` entry
-    ``speedup_goodput_req_s`` (:func:`goodput_speedup`) and ``request_rate`` at rate points; the
-    same numbers to the matching ``summary["rows"]``; and ``summary["load"] = {"slo", "burstiness", "rates",
-    "sentences": {mode: text}, "beats": {mode: beats_up_to(...)}}``. Writes nothing: the
+    For every non-baseline entry of ``comparison["modes"][mode][point]``: ``speedup_goodput_req_s``
+    (:func:`goodput_speedup`), and ``request_rate`` at rate points; the same numbers for the
+    matching row of ``comparison["rows"]``; the ``load`` section (:class:`LoadPart`). Edits nothing and writes nothing: the
     compare stage (:mod:`lab.pipeline.compare`) writes the Pareto rows to ``reports/pareto.csv``
     and draws them (:func:`lab.report.load_figures.pareto_figures`).
 
     :param runs: :func:`lab.analysis.comparison.runs_frame` (one row per mode x point x repeat).
+    :param comparison: :func:`lab.analysis.comparison.summarize`'s (read: ``modes``, ``rows``).
     :param results: ``mode -> result.json`` (each holds ``load.slo`` written by the bench stage).
-    :returns: ``(flat, pareto)``: the flat MLflow/DVC metrics ``<mode>.beats_up_to_req_s`` (0 when
-        it beats at no rate); the Pareto rows (one dict
-        per mode x point: ``mode, point, kind`` (``concurrency``/``rate``),
-        ``output_tok_s_per_user``, ``output_tok_s`` (tok/s, means over repeats), ``on_frontier``
-        within its mode), None when the results predate open-loop load (``summary["load"]`` None).
+    :returns: a :class:`LoadPart` (``load`` None, nothing else, when the results predate open-loop load).
     """
+
     slo = next((r["load"]["slo"] for r in results.values() if (r.get("load") or {}).get("slo")), None)
     burst = next((r["load"].get("burstiness") for r in results.values() if r.get("load")), None)
     flat: dict[str, float] = {}
     if slo is None or "goodput_req_s" not in runs:  # results from before open-loop load
-        summary["load"] = None
-        return flat, None
-    rows_by = {(r["mode"], r["point"]): r for r in summary["rows"]}
+        return LoadPart(None)
+    rows_by = {(r["mode"], r["point"]) for r in comparison["rows"]}
+    points: dict[tuple[str, str], PointColumns] = {}
     verdicts: dict[str, dict[float, dict[str, Any]]] = {}  # mode -> rate -> goodput_speedup()
     pareto_rows = []
-    for mode, points in summary["modes"].items():
-        for key, entry in points.items():
+    for mode, levels in comparison["modes"].items():
+        for key, entry in levels.items():
             sub = runs[(runs["mode"] == mode) & (runs["point"] == key)]
-            row = rows_by.get((mode, key), {})
+            cols = points.setdefault((mode, key), PointColumns())
             rate = sub["request_rate"].dropna().iloc[0] if "request_rate" in sub and sub["request_rate"].notna().any() else None
             if rate is not None:
-                entry["request_rate"] = row["request_rate"] = float(rate)
+                cols.entry["request_rate"] = cols.row["request_rate"] = float(rate)
             if baseline and mode != baseline:
                 base = runs[(runs["mode"] == baseline) & (runs["point"] == key)]
                 if len(base) and "goodput_req_s" in sub:
@@ -313,22 +331,22 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
                         ceiling = "every request met the SLO in every repeat of both modes: a ceiling, not a measured tie"
                         s["note"] = f"{ceiling}; {s['note']}" if s.get("note") else ceiling
                     k = speedup_key("goodput_req_s", "per_repeat")
-                    entry[k] = s
-                    row.update(Ratio.from_dict(s).columns(k))
+                    cols.entry[k] = s
+                    cols.row.update(Ratio.from_dict(s).columns(k))
                     if rate is not None:
                         verdicts.setdefault(mode, {})[float(rate)] = s
             x, y = entry.get("output_tok_s_per_user", {}).get("mean"), entry.get("output_tok_s", {}).get("mean")
             if x is not None and y is not None:
                 pareto_rows.append({"mode": mode, "point": key, "kind": "rate" if rate is not None else "concurrency",
                                     "output_tok_s_per_user": x, "output_tok_s": y})
-    for mode in summary["modes"]:
+    for mode in comparison["modes"]:
         mine = [p for p in pareto_rows if p["mode"] == mode]
         for p, on in zip(mine, pareto_front([p["output_tok_s_per_user"] for p in mine],
                                             [p["output_tok_s"] for p in mine])):
             p["on_frontier"] = on
     sentences, beats = {}, {}
     measured_rates = "request_rate" in runs and runs["request_rate"].notna().any()
-    for mode in summary["modes"]:
+    for mode in comparison["modes"]:
         if baseline is None or mode == baseline or not measured_rates:  # no rate point: no sentence
             continue
         v = verdicts.get(mode, {})
@@ -339,8 +357,8 @@ def add_load(summary: dict[str, Any], runs: Any, results: Mapping[str, Mapping[s
     # None: results from before it was recorded), carried into the comparison's files
     versions = {(r.get("load") or {}).get("goodput_definition") for r in results.values()}
     version = versions.pop() if len(versions) == 1 else None
-    for row in summary["rows"]:
-        row["goodput_definition"] = version
-    summary["load"] = {"goodput_definition": version, "slo": slo, "burstiness": burst, "rates": sorted({r for v in verdicts.values() for r in v}),
-                       "sentences": sentences, "beats": beats}
-    return flat, pareto_rows
+    for row in comparison["rows"]:
+        points.setdefault((row["mode"], row["point"]), PointColumns()).row["goodput_definition"] = version
+    load = {"goodput_definition": version, "slo": slo, "burstiness": burst, "rates": sorted({r for v in verdicts.values() for r in v}),
+            "sentences": sentences, "beats": beats}
+    return LoadPart(load, {k: c for k, c in points.items() if k in rows_by or c.entry}, flat, pareto_rows)

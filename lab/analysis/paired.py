@@ -50,12 +50,12 @@ from pathlib import Path
 from typing import Any
 
 from lab.analysis import stats
-from lab.analysis.estimates import WITHIN_ONE_LAUNCH, Ratio, across_launches
+from lab.analysis.estimates import WITHIN_ONE_LAUNCH, PointColumns, Ratio, across_launches
 from lab.catalog import speedup_key
 from lab.measure.records import request_metrics
 from lab.measure.request_record import RequestRecord
 
-__all__ = ["load_request_speeds", "paired_speedup", "add_paired", "request_slot", "pair_unit", "PAIRED_METRIC",
+__all__ = ["load_request_speeds", "paired_speedup", "paired_part", "request_slot", "pair_unit", "PAIRED_METRIC",
            "METHOD", "UNITS"]
 
 #: The per-request metric compared (``output_tok_s`` exists only per run, not per request).
@@ -184,22 +184,25 @@ def paired_speedup(base: Iterable[Mapping[str, Any]], other: Iterable[Mapping[st
     return out
 
 
-def add_paired(summary: dict[str, Any], results_dir: str | Path, baseline: str | None, *, launches: int = 1,
-               results: Mapping[str, Mapping[str, Any]] | None = None, launch_prior: Any = None) -> None:
-    """Add ``paired_speedup_decode_tok_s`` to every non-baseline entry of
-    ``summary["modes"][mode][point]`` and its flat columns (``paired_speedup_decode_tok_s``,
+def paired_part(modes: Mapping[str, Mapping[str, Mapping[str, Any]]], results_dir: str | Path, baseline: str | None, *,
+                launches: int = 1, results: Mapping[str, Mapping[str, Any]] | None = None,
+                launch_prior: Any = None) -> dict[tuple[str, str], Any]:
+    """The paired per-prompt speedup of every non-baseline ``(mode, point)`` of ``modes`` (the
+    comparison's ``mode -> point -> entry``), as :class:`lab.analysis.comparison.PointColumns`:
+    ``paired_speedup_decode_tok_s`` for the entry and its flat columns (``paired_speedup_decode_tok_s``,
     ``..._ci95_lo``, ``..._ci95_hi``, ``paired_verdict_decode_tok_s``, ``..._scope``,
-    ``paired_n_prompts``) to the matching ``summary["rows"]``; reads every launch's
+    ``paired_n_prompts``) for the row (:meth:`lab.analysis.comparison.Comparison.merge`); reads every launch's
     ``requests.jsonl`` (:func:`lab.analysis.launches.launch_dirs`). The unit is
     :func:`pair_unit`'s for the point; with one launch and the sentinel's spread of earlier
     launches for both modes in ``results`` (mode -> launch 1's ``result.json``), the interval is
     :func:`lab.analysis.launches.borrow`'s; without it the verdict word is withheld
-    (:func:`lab.analysis.launches.withhold`, widened with ``launch_prior`` when given). Nothing is
-    added without a baseline or without its requests."""
+    (:func:`lab.analysis.launches.withhold`, widened with ``launch_prior`` when given). Empty
+    without a baseline or without its requests."""
     from lab.analysis.launches import borrow, launch_dirs, spreads_for, withhold
 
+    out: dict[tuple[str, str], Any] = {}
     if not baseline:
-        return
+        return out
     results_dir = Path(results_dir)
 
     def speeds(mode: str) -> list[dict[str, Any]]:
@@ -208,9 +211,9 @@ def add_paired(summary: dict[str, Any], results_dir: str | Path, baseline: str |
 
     base = speeds(baseline)
     if not base:
-        return
+        return out
     name = speedup_key(PAIRED_METRIC, "per_prompt")
-    for mode, levels in summary["modes"].items():
+    for mode, levels in modes.items():
         if mode == baseline:
             continue
         other = speeds(mode)
@@ -225,7 +228,5 @@ def add_paired(summary: dict[str, Any], results_dir: str | Path, baseline: str |
                 r = borrow(r, spreads_for(results or {}, baseline, mode, point, PAIRED_METRIC))
                 if r.scope == WITHIN_ONE_LAUNCH:
                     r = withhold(r, launch_prior)
-            entry[name] = r.to_dict()
-            for row in summary["rows"]:
-                if row.get("mode") == mode and row.get("point") == point:
-                    row.update({**r.columns(name), "paired_n_prompts": p["n_prompts"]})
+            out[(mode, point)] = PointColumns({name: r.to_dict()}, {**r.columns(name), "paired_n_prompts": p["n_prompts"]})
+    return out

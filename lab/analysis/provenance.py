@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lab.analysis.estimates import across_launches
+from lab.analysis.estimates import Ratio, Scope
 
-__all__ = ["COLUMNS", "scope_of", "result_provenance", "add_provenance", "tag_rows", "provenance_sentence", "short_label"]
+__all__ = ["COLUMNS", "scope_data", "scope_of", "result_provenance", "mode_provenance", "tag_rows", "provenance_sentence", "short_label"]
 
 #: The interval's label when the comparison says nothing about launches (issue 22: every repeat of a
 #: mode runs in one engine launch, so launch-to-launch variation is not in the interval).
@@ -62,14 +62,10 @@ def result_provenance(result: Mapping[str, Any]) -> dict[str, str]:
     return {"engine": engine, "timing": "measured", "weights": weights, "acceptance": acceptance}
 
 
-def add_provenance(summary: dict[str, Any], results: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, str]]:
-    """``summary["provenance"] = {mode: result_provenance(...)}``, and the four :data:`COLUMNS`
-    on every row of ``summary["rows"]`` (right after ``engine``; summary.csv, concurrency.csv).
-    Returns the mapping."""
-    prov = {mode: result_provenance(r) for mode, r in results.items()}
-    summary["provenance"] = prov
-    summary["rows"] = tag_rows(summary.get("rows") or [], prov, after="engine")
-    return prov
+def mode_provenance(results: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """``{mode: result_provenance(...)}``: the comparison's ``provenance`` part (the compare stage
+    also puts the four :data:`COLUMNS` on every row with :func:`tag_rows`, right after ``engine``)."""
+    return {mode: result_provenance(r) for mode, r in results.items()}
 
 
 def tag_rows(rows: Iterable[Mapping[str, Any]], provenance: Mapping[str, Mapping[str, str]],
@@ -134,12 +130,15 @@ def provenance_sentence(provenance: Mapping[str, Mapping[str, str]]) -> str:
     return parts[0] + ": " + "; ".join(p for p in parts[1:] if p) + "."
 
 
-def scope_of(s: dict[str, Any] | None, comparison: dict[str, Any], mode: str) -> str:
-    """The label of a speedup's interval: the entry's ``scope``; else from its ``launches``, or
-    the comparison's ``launches`` (an int, or per mode): ``"across N launches"`` for N > 1;
-    else :data:`lab.analysis.estimates.WITHIN_ONE_LAUNCH` (:func:`lab.analysis.estimates.across_launches`)."""
+def scope_data(s: dict[str, Any] | None, comparison: dict[str, Any], mode: str) -> Scope:
+    """What a speedup's interval spans, as data (:class:`lab.analysis.estimates.Scope`): from the
+    entry's ``scope`` and its estimator's fields (:meth:`lab.analysis.estimates.Ratio.scope_data`);
+    else from its ``launches``, or the comparison's ``launches`` (an int, or per mode): across N
+    launches for N > 1, else within one launch."""
     if s and isinstance(s.get("scope"), str) and s["scope"]:
-        return s["scope"]
+        got = Ratio.from_dict(s)
+        if got is not None and (sc := got.scope_data()) is not None:
+            return sc
     n = (s or {}).get("launches")
     if n is None:
         n = comparison.get("launches")
@@ -149,4 +148,10 @@ def scope_of(s: dict[str, Any] | None, comparison: dict[str, Any], mode: str) ->
         n = int(n) if n is not None else None
     except (TypeError, ValueError):
         n = None
-    return across_launches(n or 1)
+    return Scope.across(n or 1)
+
+
+def scope_of(s: dict[str, Any] | None, comparison: dict[str, Any], mode: str) -> str:
+    """The label of a speedup's interval: :func:`scope_data`'s text (the entry's ``scope``; else
+    ``"across N launches"`` for N > 1 launches; else :data:`lab.analysis.estimates.WITHIN_ONE_LAUNCH`)."""
+    return scope_data(s, comparison, mode).text

@@ -40,7 +40,7 @@ from typing import Any
 from lab.analysis import stats
 from lab.analysis.paired import PAIRED_METRIC, load_request_speeds, paired_speedup
 
-__all__ = ["MIN_PROMPTS", "METHOD", "CSV_COLUMNS", "category_rows", "add_taskmix", "taskmix_metrics",
+__all__ = ["MIN_PROMPTS", "METHOD", "CSV_COLUMNS", "category_rows", "comparison_taskmix", "taskmix_metrics",
            "dataset_categories", "CategoryError"]
 
 #: Fewest prompts of a category for which an interval is reported (module docstring).
@@ -142,11 +142,11 @@ def category_rows(requests: Any, speeds: Mapping[str, list[dict[str, Any]]], cat
     return rows
 
 
-def add_taskmix(summary: dict[str, Any], results: Mapping[str, Mapping[str, Any]], results_dir: str | Path,
-                requests: Any) -> dict[str, Any] | None:
-    """Add ``summary["taskmix"] = {"method", "min_prompts", "categories", "rows"}``
-    (:func:`category_rows`) and return it; None (and nothing added) when the results carry no
-    categories or the dataset has a single category (nothing to compare).
+def comparison_taskmix(baseline: str | None, results: Mapping[str, Mapping[str, Any]], results_dir: str | Path,
+                       requests: Any) -> dict[str, Any] | None:
+    """The comparison's ``taskmix`` part: ``{"method", "min_prompts", "categories", "rows"}``
+    (:func:`category_rows`); None when the results carry no categories or the dataset has a single
+    category (nothing to compare).
 
     :param results: ``mode -> result.json`` (:func:`lab.analysis.comparison.load_results`).
     :param results_dir: where ``<mode>/requests.jsonl`` are. :param requests: :func:`lab.analysis.comparison.requests_frame`.
@@ -157,10 +157,8 @@ def add_taskmix(summary: dict[str, Any], results: Mapping[str, Mapping[str, Any]
         return None
     modes = list(results)
     speeds = {m: load_request_speeds(Path(results_dir) / m / "requests.jsonl") for m in modes}
-    rows = category_rows(requests, speeds, categories, modes, summary.get("baseline"))
-    out = {"method": METHOD, "min_prompts": MIN_PROMPTS, "categories": list(dict.fromkeys(categories)), "rows": rows}
-    summary["taskmix"] = out
-    return out
+    rows = category_rows(requests, speeds, categories, modes, baseline)
+    return {"method": METHOD, "min_prompts": MIN_PROMPTS, "categories": list(dict.fromkeys(categories)), "rows": rows}
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9_-]+")

@@ -35,7 +35,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["STEPS", "WaterfallInputError", "waterfall", "summary_waterfalls", "add_waterfall", "largest_loss",
+__all__ = ["STEPS", "WaterfallInputError", "waterfall", "summary_waterfalls", "comparison_waterfalls", "largest_loss",
            "waterfall_metrics", "waterfall_line"]
 
 #: The losses in order: (key, label).
@@ -149,11 +149,12 @@ def waterfall_line(wf: Mapping[str, Any]) -> str | None:
             f"largest loss: {big['label']} ({big['loss_ms']:+.1f} ms/cycle, {-big['loss_speedup']:+.2f}x)")
 
 
-def add_waterfall(summary: dict[str, Any], results: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """``summary["waterfall"] = summary_waterfalls(summary["rows"], summary["baseline"], ground truths)``; returned."""
+def comparison_waterfalls(rows: Sequence[Mapping[str, Any]], baseline: str | None,
+                          results: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The comparison's ``waterfall`` part: :func:`summary_waterfalls` of its ``rows`` and
+    ``baseline`` with each mode's ground truth from ``results`` (mode -> ``result.json``)."""
     truth = {m: r["ground_truth"] for m, r in results.items() if isinstance(r.get("ground_truth"), Mapping)}
-    summary["waterfall"] = summary_waterfalls(summary.get("rows") or [], summary.get("baseline"), truth or None)
-    return summary["waterfall"]
+    return summary_waterfalls(rows or [], baseline, truth or None)
 
 
 def waterfall_metrics(entries: Sequence[Mapping[str, Any]] | None) -> dict[str, float]:

@@ -20,28 +20,30 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lab.analysis.comparison import (add_lossless, engine_caption, interval_note, launch_unit_frame, lean_numbers,
-                                     load_launches, load_results, requests_frame, runs_frame, summarize)
+from lab.analysis.comparison import (Comparison, engine_caption, interval_note, lean_numbers, load_launches,
+                                     load_results, lossless_part, requests_frame, runs_frame, summarize)
 from lab.analysis.crosschecks import crosscheck_summary
 from lab.analysis.launches import prior_spread
-from lab.analysis.load import add_load
-from lab.analysis.paired import add_paired
-from lab.analysis.provenance import add_provenance, provenance_sentence, tag_rows
+from lab.analysis.load import load_part
+from lab.analysis.paired import paired_part
+from lab.analysis.provenance import mode_provenance, provenance_sentence, tag_rows
 from lab.config import LabParams, repo_root
 
 __all__ = ["run_compare"]
 
 
 def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "results",
-                reports_dir: str | Path = "reports", *, track: bool = True) -> dict[str, Any]:
+                reports_dir: str | Path = "reports", *, track: bool = True) -> Comparison:
     """Summary + figures + files + MLflow comparison run, in that order.
 
     :param modes: the modes to compare (each needs ``results/<mode>/result.json`` with status ok).
     :param results_dir, reports_dir: relative paths resolve against the repository root.
     :param track: log the MLflow comparison run (and finish the pipeline's parent run).
-    :returns: the summary of :func:`lab.analysis.comparison.summarize` with ``paired`` speedups,
-        ``caption``, ``effective_config``, ``warnings``, ``lossless``, ``figures`` (name -> path),
-        ``trace`` and, when logged, ``mlflow_run_id``.
+    :returns: the :class:`lab.analysis.comparison.Comparison` of :func:`lab.analysis.comparison.summarize`
+        assembled with each part (the paired speedups, ``provenance``, ``caption``, ``effective_config``,
+        ``warnings``, ``lossless``, ``figures`` (name -> path), ``taskmix``, ``waterfall``, ``trace``,
+        ``load`` and, when logged, ``mlflow_run_id``); it becomes a dict only where written
+        (:meth:`~lab.analysis.comparison.Comparison.to_dict`: ``comparison.json``).
     :raises lab.analysis.comparison.CompareError: a mode's results are missing or failed.
     :raises lab.tracking.runs.TrackingError: MLflow failed; every file is written first, and
         the message names the ``lab log`` command.
@@ -70,66 +72,76 @@ def run_compare(params: LabParams, modes: list[str], results_dir: str | Path = "
     eng = find_engine(engine) if engine else None
     profile = eng.cost_profile(eng.own_section(params)) if eng is not None else None  # the emulator's: params.yaml's emulator.profile
     prior = prior_spread(engine, profile)  # documented launch spread (issue 32), or None
-    summary = summarize(results, runs, baseline, launch_prior=prior)
+    comp = summarize(results, runs, baseline, launch_prior=prior)
     # per-prompt speedup beside the per-repeat one, clustered by launch or repeat where requests share them
-    add_paired(summary, res_dir, baseline, launches=launches, results=results, launch_prior=prior)
-    prov = add_provenance(summary, results)  # engine, timing, weights, acceptance on every row (issue 22)
-    summary["caption"] = f"{engine_caption(results, profile).rstrip('.')}. Provenance: {provenance_sentence(prov)}"
-    summary["interval_note"] = interval_note(summary)  # what the intervals span, on every figure
-    runs_drawn = launch_unit_frame(runs)  # figures' error bars over the same units as the intervals
-    summary["effective_config"] = {m: r.get("effective_config") for m, r in results.items()}
-    summary["warnings"] = {m: r["warnings"] for m, r in results.items() if r.get("warnings")}  # hygiene, per mode
-    summary["crosscheck"] = crosscheck_summary(results)  # client vs server clocks, for the answer and the report
-    add_lossless(summary, res_dir, modes, baseline, bench=params.bench, lossless=params.lossless,  # issue 15
-                 simulated={m for m, p in params.modes.items() if p.simulate_accept_length is not None})
-    summary["figures"] = figures.draw_all(primary_runs(runs_drawn), requests_frame(res_dir, modes),
-                                          primary_summary(summary), rep_dir / "figures")
-    summary["figures"].update(report.explain_figures(params.modes, runs_drawn, summary, rep_dir / "figures"))
-    from lab.analysis.taskmix import add_taskmix, taskmix_metrics  # per prompt category
+    comp.merge(paired_part(comp.modes, res_dir, baseline, launches=launches, results=results, launch_prior=prior))
+    prov = mode_provenance(results)  # engine, timing, weights, acceptance on every row (issue 22)
+    comp.provenance = prov
+    comp.rows = tag_rows(comp.rows, prov, after="engine")
+    comp.caption = f"{engine_caption(results, profile).rstrip('.')}. Provenance: {provenance_sentence(prov)}"
+    comp.interval_note = interval_note(comp)  # what the intervals span, on every figure
+    comp.effective_config = {m: r.get("effective_config") for m, r in results.items()}
+    comp.warnings = {m: r["warnings"] for m, r in results.items() if r.get("warnings")}  # hygiene, per mode
+    comp.crosscheck = crosscheck_summary(results)  # client vs server clocks, for the answer and the report
+    comp.lossless, lossless_cols = lossless_part(  # issue 15
+        comp.rows, res_dir, modes, baseline, bench=params.bench, lossless=params.lossless,
+        simulated={m for m, p in params.modes.items() if p.simulate_accept_length is not None})
+    for mode, ws in comp.lossless["warnings"].items():
+        comp.warnings.setdefault(mode, []).extend(ws)
+    comp.merge(lossless_cols)
+    # figures' bars and error bars: group_estimates over the same rows and launches as the intervals
+    comp.figures = figures.draw_all(primary_runs(runs), requests_frame(res_dir, modes), primary_summary(comp),
+                                    rep_dir / "figures")
+    explained, comp.break_even, comp.crossover = report.explain_figures(params.modes, runs, comp, rep_dir / "figures")
+    comp.figures.update(explained)
+    from lab.analysis.taskmix import comparison_taskmix, taskmix_metrics  # per prompt category
     from lab.report.task_categories import draw_taskmix, write_categories_csv
 
-    write_categories_csv(add_taskmix(summary, results, res_dir, requests_frame(res_dir, modes)),
-                         rep_dir / "categories.csv", provenance=prov)  # dvc plots
-    summary["figures"].update(draw_taskmix(summary, rep_dir / "figures"))
+    taskmix = comparison_taskmix(baseline, results, res_dir, requests_frame(res_dir, modes))
+    if taskmix is not None:
+        comp.taskmix = taskmix
+    write_categories_csv(taskmix, rep_dir / "categories.csv", provenance=prov)  # dvc plots
+    comp.figures.update(draw_taskmix(comp, rep_dir / "figures"))
     from lab.analysis.position_acceptance import acceptance_rows  # issue 33: why this speedup and not more
-    from lab.analysis.waterfall import add_waterfall, waterfall_metrics
+    from lab.analysis.waterfall import comparison_waterfalls, waterfall_metrics
     from lab.report.speculation import draw_speculation
 
-    summary["acceptance_by_position"] = acceptance_rows(results)
-    add_waterfall(summary, results)
-    summary["figures"].update(draw_speculation(summary, rep_dir / "figures"))
-    summary["trace"] = trace_section(results, rep_dir / "figures", baseline=baseline, caption=summary["caption"])
-    if summary["trace"] and summary["trace"]["figure"]:
-        summary["figures"]["verify_time_breakdown"] = summary["trace"]["figure"]
+    comp.acceptance_by_position = acceptance_rows(results)
+    comp.waterfall = comparison_waterfalls(comp.rows, baseline, results)
+    comp.figures.update(draw_speculation(comp, rep_dir / "figures"))
+    comp.trace = trace_section(results, rep_dir / "figures", baseline=baseline, caption=comp.caption)
+    if comp.trace and comp.trace["figure"]:
+        comp.figures["verify_time_breakdown"] = comp.trace["figure"]
     # open-loop load: goodput under bench.slo, "beats up to N req/s", the Pareto points and figures
-    summary["load_flat"], pareto = add_load(summary, runs, results, baseline)
+    load = load_part(comp, runs, results, baseline)
+    comp.merge(load.points)
+    comp.load, comp.load_flat, pareto = load.load, load.flat, load.pareto
     if pareto is not None:
         from lab.report.load_figures import pareto_figures
 
         write_csv(tag_rows(pareto, prov), rep_dir / "pareto.csv")
-        summary["figures"].update(pareto_figures(pareto, rep_dir / "figures", caption=summary["caption"],
-                                                 baseline=baseline))
-    write_csv(summary["rows"], rep_dir / "summary.csv")
-    write_csv(concurrency_rows(summary["rows"]), rep_dir / "concurrency.csv")  # dvc plots vs concurrency
-    write_csv(tag_rows(lossless_rows(summary.get("lossless")), prov), rep_dir / "lossless.csv",
+        comp.figures.update(pareto_figures(pareto, rep_dir / "figures", caption=comp.caption, baseline=baseline))
+    write_csv(comp.rows, rep_dir / "summary.csv")
+    write_csv(concurrency_rows(comp.rows), rep_dir / "concurrency.csv")  # dvc plots vs concurrency
+    write_csv(tag_rows(lossless_rows(comp.lossless), prov), rep_dir / "lossless.csv",
               LOSSLESS_COLUMNS)  # dvc plots
     # Opens with the answer (each warning once, naming its modes), then the full table.
-    write_summary_markdown(rep_dir / "summary.md", answer_markdown(summary, "report.html"), summary["rows"], baseline)
-    report.write_report(summary, rep_dir / "report.html", engine=params.engine, modes=params.modes)
+    write_summary_markdown(rep_dir / "summary.md", answer_markdown(comp, "report.html"), comp.rows, baseline)
+    report.write_report(comp, rep_dir / "report.html", engine=params.engine, modes=params.modes)
     error = None
     if track:
         from lab.tracking.compare_log import log_comparison
         from lab.tracking.tracker import Tracker
 
-        run_id, error = log_comparison(Tracker.from_params(params, root), params, modes, results, lean_numbers(summary),
-                                       summary["figures"], rep_dir, run_metrics={**taskmix_metrics(summary.get("taskmix")),
-                                                                  **waterfall_metrics(summary.get("waterfall"))})
+        run_id, error = log_comparison(Tracker.from_params(params, root), params, modes, results, lean_numbers(comp),
+                                       comp.figures, rep_dir, run_metrics={**taskmix_metrics(comp.get("taskmix")),
+                                                                  **waterfall_metrics(comp.waterfall)})
         if run_id:
-            summary["mlflow_run_id"] = run_id
-    write_comparison_json(rep_dir, _relative_paths(summary, rep_dir), lean_numbers(summary))
+            comp.mlflow_run_id = run_id
+    write_comparison_json(rep_dir, _relative_paths(comp.to_dict(), rep_dir), lean_numbers(comp))
     if error is not None:  # every file is written: the stage fails, `lab log` re-logs the run
         raise error
-    return summary
+    return comp
 
 
 def _relative_paths(obj: Any, base: Path) -> Any:

@@ -19,11 +19,11 @@ the compare stage, :mod:`lab.pipeline.compare_stage`), the top of ``reports/repo
   (:func:`lab.analysis.crosschecks.crosscheck_summary`);
 - ``break_even``: per speculative mode at its lowest concurrency, the break-even explanation
   (:func:`lab.analysis.theory.explain`);
-- ``load``: :func:`lab.analysis.load.add_load`'s section (its ``sentences``, one per
+- ``load``: :func:`lab.analysis.load.load_part`'s section (its ``sentences``, one per
   speculative mode, come after the per-point detail; None or absent: no rate points);
 - ``lossless`` (optional): :func:`lab.analysis.lossless.check_lossless`'s dict; each mode's
   ``line`` is stated under the mode;
-- ``taskmix`` (optional): per-category rows of :func:`lab.analysis.taskmix.add_taskmix`,
+- ``taskmix`` (optional): per-category rows of :func:`lab.analysis.taskmix.comparison_taskmix`,
   rendered by :mod:`lab.report.task_categories` as the "Per task category" lines;
 - ``warnings``: ``{mode: [text, ...]}`` (measurement hygiene, lossless check); ``notice``: a sentence
   when two modes resolved to the same configuration; ``caption``: which engine produced
@@ -53,14 +53,14 @@ import json
 import math
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from lab import catalog
-from lab.analysis.estimates import Ratio
-from lab.analysis.provenance import scope_of
+from lab.analysis.estimates import Ratio, Scope
+from lab.analysis.provenance import scope_data, scope_of
 
 __all__ = ["WIDTH", "MAX_LINES", "answer_brief", "answer_speedups", "answer_values", "Answer", "build_answer", "group_warnings", "answer_text",
-           "answer_markdown", "answer_html", "warnings_html", "load_answer", "headline_lines", "mode_headline"]
+           "answer_markdown", "answer_html", "warnings_html", "load_answer", "headline_lines", "mode_headline", "ModeHeadline"]
 
 #: The widest line :func:`answer_text` prints (a terminal of 120 columns).
 WIDTH = 120
@@ -72,7 +72,7 @@ MAX_LINES = 30
 def answer_speedups() -> list[tuple[str, str]]:
     """``(entry key, label)`` of every speedup the answer states, in order: those of the metrics
     :mod:`lab.catalog` shows in ``answer`` (the per-prompt one is
-    :func:`lab.analysis.paired.add_paired`'s ratio and its interval)."""
+    :func:`lab.analysis.paired.paired_part`'s ratio and its interval)."""
     return [(catalog.speedup_key(m.name, k), f"{m.header} paired per prompt" if k == "per_prompt" else m.header)
             for m in catalog.shown_in(catalog.ANSWER) for k in m.speedups]
 
@@ -138,25 +138,53 @@ def _primary(points: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return sorted(out, key=lambda kv: kv[1].get("concurrency") or 0)
 
 
-def mode_headline(comparison: dict[str, Any], mode: str) -> dict[str, Any] | None:
-    """The verdict of one speculative mode at its lowest closed-loop point: ``{"point", "ratio",
-    "ci95_lo", "ci95_hi", "verdict", "scope", "text", "others": [(point, verdict, ratio)]}``;
-    ``text`` is ``"1.15x faster at c1 [1.07, 1.24], within one launch"``. None without a speedup."""
+@dataclasses.dataclass(frozen=True)
+class ModeHeadline:
+    """One speculative mode's verdict at its lowest closed-loop point (:func:`mode_headline`).
+
+    :ivar point: that point (``"c1"``).
+    :ivar speedup: the verdict speedup there (:data:`lab.catalog.VERDICT_SPEEDUP` of the catalog's
+        headline metric), a finite ratio.
+    :ivar scope: what its interval spans (:func:`lab.analysis.provenance.scope_data`).
+    :ivar others: ``(point, verdict, ratio)`` of the mode's other closed-loop points, lowest first.
+    """
+
+    point: str
+    speedup: Ratio
+    scope: Scope
+    others: list[tuple[str, str | None, float]]
+
+    @property
+    def text(self) -> str:
+        """``"1.15x faster at c1 [1.07, 1.24], within one launch"``; without a verdict word the
+        estimate and why (``"1.15x at c1 [1.07, 1.24], within one launch; no verdict: ..."``)."""
+        r = self.speedup
+        ci = f" [{r.ci95_lo:.2f}, {r.ci95_hi:.2f}]" if r.ci95_lo is not None and r.ci95_hi is not None else " (no interval)"
+        if r.verdict:
+            return f"{r.ratio:.2f}x {r.verdict} at {self.point}{ci}, {self.scope.text}"
+        return f"{r.ratio:.2f}x at {self.point}{ci}, {self.scope.text}; {r.note or 'no verdict'}"
+
+    def short(self, words: dict[str, str]) -> str:
+        """For narrow columns (``reports/headline/<mode>.json``): the speedup with its interval
+        (:meth:`lab.analysis.estimates.Ratio.text`), its verdict said with ``words`` where they have
+        one (``"not judged"`` without a word) and :meth:`lab.analysis.estimates.Scope.short`:
+        ``"1.15x [1.07, 1.24] faster, 1 launch"``."""
+        r = self.speedup
+        word = words.get(r.verdict, r.verdict) or "not judged"
+        return f"{dataclasses.replace(r, verdict=word, note=None).text(scope=False)}, {self.scope.short()}"
+
+
+def mode_headline(comparison: Mapping[str, Any], mode: str) -> ModeHeadline | None:
+    """The verdict of one speculative mode at its lowest closed-loop point (:class:`ModeHeadline`);
+    None without a finite speedup there."""
     key = catalog.speedup_key(catalog.headline_metric().name, catalog.VERDICT_SPEEDUP)
     stated = [(p, e[key]) for p, e in _primary((comparison.get("modes") or {}).get(mode) or {})
               if e.get(key) and _num(e[key].get("ratio")) is not None and math.isfinite(e[key]["ratio"])]
     if not stated:
         return None
     (point, s), rest = stated[0], stated[1:]
-    lo, hi = _num(s.get("ci95_lo")), _num(s.get("ci95_hi"))
-    scope = scope_of(s, comparison, mode)
-    ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else " (no interval)"
-    if s.get("verdict"):
-        text = f"{s['ratio']:.2f}x {s['verdict']} at {point}{ci}, {scope}"
-    else:  # no verdict word (issue 32): the estimate, and why there is no word
-        text = f"{s['ratio']:.2f}x at {point}{ci}, {scope}; {s.get('note') or 'no verdict'}"
-    return {"point": point, "ratio": s["ratio"], "ci95_lo": lo, "ci95_hi": hi, "verdict": s.get("verdict"),
-            "scope": scope, "text": text, "others": [(p, o.get("verdict"), o["ratio"]) for p, o in rest]}
+    return ModeHeadline(point, Ratio.from_dict(s), scope_data(s, comparison, mode),
+                        [(p, o.get("verdict"), o["ratio"]) for p, o in rest])
 
 
 def headline_lines(comparison: dict[str, Any]) -> list[tuple[str, str]]:
@@ -173,10 +201,10 @@ def headline_lines(comparison: dict[str, Any]) -> list[tuple[str, str]]:
             out.append((mode, f"{mode}: no speedup (no {baseline or 'baseline'} at its points)"))
             continue
         groups: dict[str, list[str]] = {}
-        for p, v, r in h["others"]:
+        for p, v, r in h.others:
             groups.setdefault(v or "not judged", []).append(f"{p} ({r:.2f}x)")
         tail = "".join(f"; {v} at {', '.join(ps)}" for v, ps in groups.items())
-        out.append((mode, f"{mode}: {h['text']}{tail}"))
+        out.append((mode, f"{mode}: {h.text}{tail}"))
     return out
 
 

@@ -1,10 +1,12 @@
 """Seaborn comparison figures. Every figure carries a caption naming the engine.
 
-Error bars are 95 % Student-t intervals over the rows drawn (:func:`lab.analysis.stats.mean_ci`): the
-repeats of one launch, or the launch means with ``bench.launches`` >= 2
-(:func:`lab.analysis.comparison.launch_unit_frame`); speedups carry the comparison's intervals. The
-caption says what the intervals span (``summary["interval_note"]``) and, when two modes resolved to
-the same effective configuration, says so.
+Bars and error bars are the comparison's own estimates (:func:`lab.analysis.estimates.group_estimates`,
+:class:`EstimateBars`): the mean and the 95 % interval :mod:`lab.catalog` declares for the metric
+(:func:`lab.analysis.stats.metric_ci`), over the repeats of one launch, or over the launch means with
+``bench.launches`` >= 2, so a figure's error bar is the interval of the same metric in the summary
+table; speedups carry the comparison's intervals. The caption says what the intervals span
+(``summary["interval_note"]``) and, when two modes resolved to the same effective configuration,
+says so.
 """
 
 from __future__ import annotations
@@ -20,17 +22,53 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from lab.analysis import stats  # noqa: E402
+from lab.analysis.estimates import group_estimates  # noqa: E402
 from lab.atomic import savefig_atomic  # noqa: E402
 
-__all__ = ["draw_all", "decode_tok_s_figure", "latency_figure", "accept_length_figure", "speedup_figure",
+__all__ = ["EstimateBars", "draw_all", "decode_tok_s_figure", "latency_figure", "accept_length_figure", "speedup_figure",
            "server_timing", "latency_labels"]
 
 
-def t_interval(values) -> tuple[float, float]:
-    """Seaborn ``errorbar`` callable: the 95 % t-interval (mean itself when n < 2)."""
-    mean, lo, hi = stats.mean_ci(list(values))
-    return (mean, mean) if lo != lo else (lo, hi)  # nan check
+class EstimateBars:
+    """A seaborn ``estimator`` / ``errorbar`` pair that draws each group's :class:`~lab.analysis.estimates.Estimate`
+    (:func:`lab.analysis.estimates.group_estimates`) instead of recomputing it from the values seaborn groups.
+
+    Seaborn passes each group's values as a Series indexed like the frame drawn; :attr:`data` is
+    that frame (index ``0..n-1``) and each of its rows maps to the estimate of its group.
+
+    :param data: the rows to draw (index reset here).
+    :param per_row: the estimate of each row's group (None: no value), aligned with ``data``'s rows.
+    """
+
+    def __init__(self, data: pd.DataFrame, per_row: list[Any]):
+        self.data = data.reset_index(drop=True)
+        if len(per_row) != len(self.data):
+            raise ValueError(f"EstimateBars: {len(per_row)} estimates for {len(self.data)} rows")
+        self._per_row = per_row
+
+    @classmethod
+    def of(cls, data: pd.DataFrame, by: tuple[str, ...], metric: str) -> "EstimateBars":
+        """Each row's estimate of ``metric`` over the rows sharing its ``by`` values (and split by
+        ``launch`` when the frame has it, as the comparison does)."""
+        data = data.reset_index(drop=True)
+        rows = data.to_dict("records")
+        ests = group_estimates(rows, by=by, metrics=[metric])
+        return cls(data, [ests.get(tuple(r.get(k) for k in by), {}).get(metric) for r in rows])
+
+    def _estimate(self, values: pd.Series):
+        got = {id(e): e for i in values.index if (e := self._per_row[i]) is not None}
+        if len(got) != 1:  # seaborn grouped rows of different estimates: the figure would mislead
+            raise ValueError(f"EstimateBars: {len(got)} estimates for one drawn group (rows {list(values.index)})")
+        return next(iter(got.values()))
+
+    def mean(self, values: pd.Series) -> float:
+        """Seaborn ``estimator``: the group's estimated mean."""
+        return self._estimate(values).mean
+
+    def interval(self, values: pd.Series) -> tuple[float, float]:
+        """Seaborn ``errorbar``: the group's 95 % interval (the mean itself when it has none)."""
+        e = self._estimate(values)
+        return (e.mean, e.mean) if e.ci95_lo != e.ci95_lo or e.ci95_hi != e.ci95_hi else (e.ci95_lo, e.ci95_hi)
 
 
 def caption(fig, summary: dict[str, Any]) -> None:
@@ -46,10 +84,11 @@ def _order(summary: dict[str, Any]) -> list[str]:
     return list(summary["modes"])
 
 
-def _ci_bars(ax, data: pd.DataFrame, y: str, hue: str, summary: dict[str, Any], **kwargs: Any) -> None:
-    """Bars of ``y`` per mode (in params order) and ``hue``, 95 % t-interval whiskers, values inside."""
-    sns.barplot(data=data, x="mode", y=y, hue=hue, errorbar=t_interval, capsize=0.1, ax=ax,
-                order=_order(summary), **kwargs)
+def _ci_bars(ax, bars: EstimateBars, y: str, hue: str, summary: dict[str, Any], **kwargs: Any) -> None:
+    """Bars of ``y`` per mode (in params order) and ``hue``: the estimates' means, their 95 % intervals
+    as whiskers (:class:`EstimateBars`), values inside."""
+    sns.barplot(data=bars.data, x="mode", y=y, hue=hue, estimator=bars.mean, errorbar=bars.interval, capsize=0.1,
+                ax=ax, order=_order(summary), **kwargs)
     for c in ax.containers:
         ax.bar_label(c, fmt="%.1f", fontsize=7, label_type="center", color="white")
 
@@ -58,7 +97,8 @@ def decode_tok_s_figure(runs: pd.DataFrame, summary: dict[str, Any]):
     """Per-request decode tok/s (median per run) by mode, one bar group per concurrency level
     (closed-loop points: ``runs`` as :func:`lab.report.sweep_figures.primary_runs` gives them)."""
     fig, ax = plt.subplots(figsize=(8.5, 5.2))
-    _ci_bars(ax, runs, "decode_tok_s", "concurrency", summary, palette="viridis")
+    _ci_bars(ax, EstimateBars.of(runs, ("mode", "concurrency"), "decode_tok_s"), "decode_tok_s", "concurrency",
+             summary, palette="viridis")
     ax.set_ylabel("decode tok/s per request")
     ax.set_title("Decode throughput by mode (mean of repeats, 95 % CI)")
     ax.legend(title="concurrency", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -95,11 +135,14 @@ def latency_figure(runs: pd.DataFrame, summary: dict[str, Any]):
     """Server-side verify, draft and decode step time, and client cycle time, at the lowest level."""
     lowest = runs["concurrency"].min()
     cols = [c for c in ("verify_ms", "draft_ms", "decode_ms", "cycle_ms") if c in runs]
-    long = runs[runs["concurrency"] == lowest].melt(id_vars=["mode", "repeat"], value_vars=cols,
-                                                    var_name="metric", value_name="ms").dropna()
+    low = runs[runs["concurrency"] == lowest]
+    ests = group_estimates(low, by=("mode",), metrics=cols)  # each phase by its own rule, as the tables
+    long = low.melt(id_vars=["mode", "repeat"], value_vars=cols, var_name="metric", value_name="ms").dropna()
+    long = long.reset_index(drop=True)
+    per_row = [ests.get((m,), {}).get(c) for m, c in zip(long["mode"], long["metric"])]
     long["metric"] = long["metric"].map(latency_labels(summary))
     fig, ax = plt.subplots(figsize=(8.5, 5.2))
-    _ci_bars(ax, long, "ms", "metric", summary)
+    _ci_bars(ax, EstimateBars(long, per_row), "ms", "metric", summary)
     ax.set_ylabel(f"ms per decode iteration, concurrency {lowest}")
     ax.set_title("Where a decode iteration's time goes (verify + draft = speculative cycle; 95 % CI)", fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))

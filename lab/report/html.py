@@ -61,12 +61,14 @@ def _backend_sentence(text: str, summary: dict[str, Any], mode: str) -> str:
     return text
 
 
-def explain_figures(modes: Mapping[str, ModeParams], runs: pd.DataFrame, summary: dict[str, Any],
-                    out_dir: Path) -> dict[str, str]:
+def explain_figures(modes: Mapping[str, ModeParams], runs: pd.DataFrame, summary: Mapping[str, Any],
+                    out_dir: Path) -> tuple[dict[str, str], list[dict[str, Any]], list[dict[str, Any]]]:
     """Draw ``break_even``, ``throughput_vs_concurrency``, ``verify_vs_context`` (only when more
     than one context length was measured: otherwise it would be an empty placeholder, and a stale
     one from an earlier run is removed) and ``speedup_heatmap`` PNGs into ``out_dir``; returns
-    ``name -> path``. Also stores the break-even sentences in ``summary["break_even"]``."""
+    ``(name -> path, break_even, crossover)``: the figures, and the comparison's ``break_even`` part (one
+    dict per mode and level with its sentence) and ``crossover`` part (:func:`lab.analysis.crossover.crossovers`).
+    Edits nothing in ``summary``."""
     import matplotlib.pyplot as plt
 
     from lab.report import sweep_figures as sf
@@ -74,13 +76,13 @@ def explain_figures(modes: Mapping[str, ModeParams], runs: pd.DataFrame, summary
     from lab.analysis import crossover
 
     costs = break_even_costs(modes, summary)
-    summary["break_even"] = [{"mode": c.mode, "concurrency": c.concurrency, "break_even_accept_length": c.break_even,
+    break_even = [{"mode": c.mode, "concurrency": c.concurrency, "break_even_accept_length": c.break_even,
                               "accept_length": c.accept_length, "max_accept_length": c.max_accept,
                               "modelled_speedup": c.modelled_speedup, "measured_speedup": c.measured_speedup,
                               **_mode_backends(summary, c.mode),
                               "explanation": _backend_sentence(theory.explain(c), summary, c.mode)} for c in costs]
     xs = crossover.crossovers(summary)  # where the verdict flips along the context axis (issue 30)
-    summary["crossover"] = [x.to_dict() for x in xs]
+    crossover_part = [x.to_dict() for x in xs]
     figs = {"break_even": theory.break_even_figure(costs, summary.get("caption", "")),
             "break_even_map": crossover.break_even_map_figure(xs, summary.get("caption", "")),
             "throughput_vs_concurrency": sf.throughput_vs_concurrency(runs, summary),
@@ -95,7 +97,7 @@ def explain_figures(modes: Mapping[str, ModeParams], runs: pd.DataFrame, summary
         savefig_atomic(fig, path, dpi=100)  # lab/atomic.py: never a half-written figure
         plt.close(fig)
         paths[name] = str(path)
-    return paths
+    return paths, break_even, crossover_part
 
 
 _TEMPLATE = """<!doctype html>

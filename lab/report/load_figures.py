@@ -5,7 +5,7 @@ request rates ``r<R>``) is a marker at its mean over repeats; the mode's Pareto 
 (:func:`lab.analysis.load.pareto_front`) is drawn through the points no other point beats
 on both axes. The baseline's frontier is drawn in grey on every speculative mode's figure,
 so the two trade-offs read against each other. The data are ``reports/pareto.csv``
-(:func:`lab.analysis.load.add_load`), also a DVC plot.
+(:func:`lab.analysis.load.load_part`), also a DVC plot.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def pareto_figure(pts: pd.DataFrame, base: pd.DataFrame, mode: str, *, caption: 
 def pareto_figures(rows: list[dict], out_dir: Path, *, caption: str, baseline: str | None) -> dict[str, str]:
     """Draw ``pareto_<mode>.png`` per mode into ``out_dir`` (:func:`pareto_figure`).
 
-    :param rows: :func:`lab.analysis.load.add_load`'s Pareto rows: ``mode, point, kind,
+    :param rows: :func:`lab.analysis.load.load_part`'s Pareto rows: ``mode, point, kind,
         output_tok_s_per_user, output_tok_s, on_frontier`` (tok/s; means over repeats).
     :param caption: the engine caption (:func:`lab.analysis.comparison.engine_caption`).
     :param baseline: the baseline mode, whose frontier is overlaid in grey (None: none).

@@ -2,8 +2,9 @@
 
 Inputs are :func:`lab.analysis.comparison.runs_frame` (one row per mode x point x repeat, with
 ``concurrency``, ``context_tokens``, ``max_new_tokens``, ``point``) and the summary of
-:func:`lab.analysis.comparison.summarize`. Error bars are 95 % t-intervals over repeats
-(:func:`lab.analysis.stats.mean_ci`). Every figure carries the engine caption.
+:func:`lab.analysis.comparison.summarize`. Lines and error bands are the comparison's estimates
+(:class:`lab.report.figures.EstimateBars`: the mean and the interval :mod:`lab.catalog` declares, over
+repeats or launch means). Every figure carries the engine caption.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from lab.report.figures import caption, t_interval  # noqa: E402
+from lab.report.figures import EstimateBars, caption  # noqa: E402
 
 __all__ = ["primary_runs", "primary_summary", "throughput_vs_concurrency", "verify_vs_context", "speedup_heatmap"]
 
@@ -39,8 +40,9 @@ def throughput_vs_concurrency(runs: pd.DataFrame, summary: dict[str, Any]):
     """Output tok/s (all requests together) vs concurrency, one line per mode, 95 % CI bands."""
     data = primary_runs(runs)
     fig, ax = plt.subplots(figsize=(9, 5.4))
-    sns.lineplot(data=data, x="concurrency", y="output_tok_s", hue="mode", style="mode", markers=True,
-                 dashes=False, errorbar=t_interval, ax=ax, hue_order=list(summary["modes"]))
+    bars = EstimateBars.of(data, ("mode", "concurrency"), "output_tok_s")
+    sns.lineplot(data=bars.data, x="concurrency", y="output_tok_s", hue="mode", style="mode", markers=True,
+                 dashes=False, estimator=bars.mean, errorbar=bars.interval, ax=ax, hue_order=list(summary["modes"]))
     levels = sorted(data["concurrency"].unique())
     ax.set_xscale("log", base=2)
     ax.set_xticks(levels, [str(c) for c in levels])
@@ -65,8 +67,9 @@ def verify_vs_context(runs: pd.DataFrame, summary: dict[str, Any]):
     low = data["concurrency"].min()
     out0 = data["max_new_tokens"].iloc[0] if "max_new_tokens" in data else None
     data = data[(data["concurrency"] == low) & ((data["max_new_tokens"] == out0) if out0 is not None else True)]
-    sns.lineplot(data=data, x="context_tokens", y="verify_ms", hue="mode", style="mode", markers=True,
-                 dashes=False, errorbar=t_interval, ax=ax)
+    bars = EstimateBars.of(data, ("mode", "context_tokens"), "verify_ms")
+    sns.lineplot(data=bars.data, x="context_tokens", y="verify_ms", hue="mode", style="mode", markers=True,
+                 dashes=False, estimator=bars.mean, errorbar=bars.interval, ax=ax)
     ax.set_xlabel(f"prompt length, tokens (approx.; 0 = the chat prompt as is), concurrency {low}")
     ax.legend(fontsize=7, ncol=2)
     ax.set_ylabel("target-verify ms per cycle (95 % CI)")

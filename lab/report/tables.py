@@ -108,7 +108,7 @@ def headline_record(summary: dict[str, Any], mode: str) -> dict[str, Any]:
 
     - ``headline``: the verdict of the catalog's headline metric at the mode's lowest closed-loop
       point (:func:`lab.report.answer.mode_headline`) with its interval and its scope, the scope
-      in two words: ``"1.15x [1.07, 1.24] faster, 1 launch"``, "not distinguishable" said as
+      in two words (:meth:`lab.analysis.estimates.Scope.short`, from the launch count the scope carries): ``"1.15x [1.07, 1.24] faster, 1 launch"``, "not distinguishable" said as
       ``inconclusive`` (:data:`HEADLINE_WORDS`: the column stays narrow) (``1 launch``: the interval is
       within one engine launch per mode; ``3 launches``: across three); for the baseline the
       metric's mean (``"82.1 decode tok/s (reference)"``);
@@ -120,25 +120,14 @@ def headline_record(summary: dict[str, Any], mode: str) -> dict[str, Any]:
       (same concurrency, primary output length; :func:`context_speedups`), so the context axis
       reaches ``dvc metrics show`` / ``dvc exp show`` too.
     """
-    import re
-
     from lab.analysis.provenance import short_label
-    from lab.analysis.estimates import WITHIN_ONE_LAUNCH
     from lab.report.answer import mode_headline
 
     out: dict[str, Any] = {}
     h = mode_headline(summary, mode)
     if h is not None:
-        scope = h["scope"]
-        n = re.fullmatch(r"across (\d+) launches", scope)
-        scope = "1 launch" if scope == WITHIN_ONE_LAUNCH else (f"{n[1]} launches" if n else scope)
-        if scope.startswith("launch spread assumed"):  # one launch (its interval widened with a documented
-            scope = "1 launch"                            # spread; no word: "not judged"), narrow for dvc exp show
-        ci = f" [{h['ci95_lo']:.2f}, {h['ci95_hi']:.2f}]" if h["ci95_lo"] is not None and h["ci95_hi"] is not None else ""
-        word = HEADLINE_WORDS.get(h["verdict"], h["verdict"]) or "not judged"
-        out.update(headline=f"{h['ratio']:.2f}x{ci} {word}, {scope}", point=h["point"],
-                   speedup=round(float(h["ratio"]), 3))
-        out.update(context_speedups(summary, mode, h["point"]))
+        out.update(headline=h.short(HEADLINE_WORDS), point=h.point, speedup=round(float(h.speedup.ratio), 3))
+        out.update(context_speedups(summary, mode, h.point))
     else:
         m = catalog.headline_metric()
         points = sorted(((k, e) for k, e in (summary["modes"].get(mode) or {}).items()

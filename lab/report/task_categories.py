@@ -1,7 +1,7 @@
 """Showing the task mix: the per-category figure, the per-category lines of the answer, and
 ``reports/categories.csv`` (``dvc plots``).
 
-Input is ``summary["taskmix"]`` of :func:`lab.analysis.taskmix.add_taskmix` (also in
+Input is ``summary["taskmix"]`` of :func:`lab.analysis.taskmix.comparison_taskmix` (also in
 ``reports/comparison.json``). A category with fewer prompts than the interval needs says
 "too few prompts" in text and gets a hollow marker without error bar in the figure: no
 interval is drawn that the data cannot support.

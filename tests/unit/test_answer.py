@@ -153,7 +153,8 @@ def test_headline_file_fits_its_dvc_column_whatever_the_verdict():
     for verdict in ("faster", "slower", "not distinguishable", None):
         for launches in (1, 9):
             sp = {"ratio": 1.2345, "ci95_lo": 0.9876, "ci95_hi": 1.5234, "verdict": verdict,
-                  "scope": "within one launch" if launches == 1 else f"across {launches} launches"}
+                  "scope": "within one launch" if launches == 1 else f"across {launches} launches",
+                  "unit": "repeat" if launches == 1 else "launch", "n_units": [3, 3] if launches == 1 else [launches] * 2}
             comparison = {"baseline": "baseline", "modes": {"eagle3_decode": {"c1": {
                 "concurrency": 1, "speedup_decode_tok_s": sp}}}}
             rec = headline_record(comparison, "eagle3_decode")
@@ -161,3 +162,28 @@ def test_headline_file_fits_its_dvc_column_whatever_the_verdict():
             assert rec["headline"].startswith("1.23x [0.99, 1.52] ")
             if verdict == "not distinguishable":
                 assert " inconclusive, " in rec["headline"]  # the interval includes 1, said short
+
+
+def test_headline_scope_words_come_from_the_launch_count_the_scope_carries():
+    """headline/<mode>.json says "N launches" from the estimator's launch count (unit "launch",
+    n_units: the smaller of the two modes), "1 launch" within one launch or with an assumed spread, and
+    keeps a borrowed spread's label; the printed scope string is never parsed for its number."""
+    from lab.analysis.estimates import Ratio, Scope
+    from lab.report.tables import headline_record
+
+    def head(**sp):
+        comparison = {"baseline": "baseline", "modes": {"eagle3_decode": {"c1": {
+            "concurrency": 1, "speedup_decode_tok_s": {"ratio": 1.2, "ci95_lo": 1.1, "ci95_hi": 1.3,
+                                                       "verdict": "faster", **sp}}}}}
+        return headline_record(comparison, "eagle3_decode")["headline"]
+
+    assert head(scope="across 3 launches", unit="launch", n_units=[4, 3]).endswith("faster, 3 launches")
+    assert head(scope="within one launch", unit="repeat", n_units=[3, 3]).endswith("faster, 1 launch")
+    assert head(scope="launch spread assumed: 2.2 % CV (documented, 14 launches)", unit="repeat",
+                assumed_launch_cv=0.022).endswith(", 1 launch")
+    borrowed = "launch spread borrowed from 5 earlier launches"
+    assert head(scope=borrowed, earlier_launches=[5, 5]).endswith(f", {borrowed}")
+    assert head(launches=4).endswith(", 4 launches")  # no scope string: the entry's launch count
+    assert Ratio(1.2, 1.1, 1.3, "faster", {"unit": "launch", "n_units": [2, 5]},
+                 scope="across 2 launches").scope_data() == Scope("across", 2, "across 2 launches")
+    assert Scope.across(1) == Scope("within", 1, "within one launch")

@@ -88,3 +88,28 @@ def test_caption_uses_the_profiles_own_description():
     assert text.endswith("Not a GPU measurement.")
     assert "calibrated to the seeds" in engine_caption({"m": {"engine": "emulator"}}, "kimi_k25_tp8_pcie")
     assert engine_caption({"m": {"engine": "sglang", "engine_version": "0.5.23"}}) == "engine: sglang (SGLang 0.5.23)"
+
+
+def test_comparison_is_a_dataclass_that_becomes_a_dict_only_when_written():
+    """summarize returns a Comparison; each part is set by attribute, read as a read-only mapping,
+    absent from to_dict until set, and to_dict keeps comparison.json's key order; merge puts a
+    part's PointColumns into the entry and the row of its (mode, point)."""
+    import pandas as pd
+
+    from lab.analysis.comparison import UNSET, Comparison, summarize
+    from lab.analysis.estimates import PointColumns
+
+    runs = pd.DataFrame([{"mode": m, "point": "c1", "concurrency": 1, "repeat": k, "decode_tok_s": v + k}
+                         for m, v in (("base", 80.0), ("spec", 95.0)) for k in range(3)])
+    c = summarize({"base": {}, "spec": {}}, runs, "base")
+    assert isinstance(c, Comparison) and c.caption is UNSET and "caption" not in c and c.get("caption") is None
+    assert list(c.to_dict()) == ["baseline", "modes", "rows", "identical_effective_config", "notice"]
+    c.load, c.caption = None, "engine: x"  # set out of order: written in field order, a None part kept
+    assert list(c.to_dict())[-2:] == ["caption", "load"] and c["load"] is None
+    with pytest.raises(TypeError):
+        c["notice"] = "x"  # no writing by key
+    with pytest.raises(KeyError):
+        c["figures"]
+    c.merge({("spec", "c1"): PointColumns({"extra": 1}, {"extra_col": 2}), ("spec", "c9"): PointColumns({"x": 1})})
+    assert list(c.modes["spec"]["c1"])[-1] == "extra" and "c9" not in c.modes["spec"]
+    assert [r.get("extra_col") for r in c.rows] == [None, 2]

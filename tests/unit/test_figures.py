@@ -186,3 +186,39 @@ def test_break_even_lines_and_measured_points():
     assert any(list(ln.get_xdata()) == pytest.approx([be, be]) for ln in ax.lines)  # the break-even marker
     assert any(ln.get_label().startswith("spec") for ln in ax.lines)
     assert "Not a GPU measurement" in _caption_text(fig)
+
+
+def test_a_figures_error_bar_is_the_summary_rows_interval_for_the_same_metric():
+    """The bars and whiskers are :func:`lab.analysis.estimates.group_estimates`' estimates, the same
+    as the summary table's: the catalog's rule (a throughput's interval never goes below 0, where a
+    bare t-interval over [1, 50, 100] would) and launch means as units with two launches."""
+    from lab.analysis.comparison import summarize
+
+    rows = []
+    for mode, c, launches in (("base", 1, {1: [1.0, 50.0, 100.0]}), ("base", 8, {1: [70.0, 72.0, 75.0]}),
+                              ("spec", 1, {1: [90.0, 91.0, 92.0], 2: [60.0]}),  # two launches, unequal repeats
+                              ("spec", 8, {1: [80.0, 84.0, 88.0]})):
+        for la, vals in launches.items():
+            for k, v in enumerate(vals):
+                rows.append({"mode": mode, "launch": la, "concurrency": c, "point": f"c{c}", "repeat": k,
+                             "decode_tok_s": v, "output_tok_s": v * c})
+    runs = pd.DataFrame(rows)
+    summary = summarize({"base": {}, "spec": {}}, runs, "base")
+    want = {(r["mode"], r["concurrency"]): (r["decode_tok_s_mean"], r["decode_tok_s_ci95_lo"], r["decode_tok_s_ci95_hi"])
+            for r in summary["rows"]}
+    assert want[("base", 1)][1] == 0.0 and stats.mean_ci([1.0, 50.0, 100.0])[1] < 0  # the rules differ here
+    assert want[("spec", 1)][0] == pytest.approx(np.mean([91.0, 60.0]))  # launch means, not the 4 repeats
+    fig = figures.decode_tok_s_figure(runs, summary)
+    ax = fig.axes[0]
+    levels = [int(t.get_text()) for t in ax.get_legend().get_texts()]
+    seen = 0
+    for level, container in zip(levels, ax.containers):
+        for p in container.patches:
+            x = p.get_x() + p.get_width() / 2
+            mean, lo, hi = want[(MODES[round(x)], level)]
+            assert p.get_height() == pytest.approx(mean)
+            whisker = [ln for ln in ax.lines if np.allclose(np.nanmean(ln.get_xdata()), x)]
+            ys = np.concatenate([ln.get_ydata() for ln in whisker])
+            assert (float(np.nanmin(ys)), float(np.nanmax(ys))) == pytest.approx((lo, hi))
+            seen += 1
+    assert seen == 4

@@ -435,7 +435,7 @@ def test_figures_draw_launch_means_and_say_what_the_bars_span():
     assert got == pytest.approx(np.mean([84.0, 84.1, 84.2]))
     assert launch_unit_frame(_runs(1)) is not None and len(launch_unit_frame(_runs(1))) == 2 * 3  # one launch: as is
     summary = summarize({"base": {}, "spec": {}}, runs, "base")
-    summary["interval_note"] = interval_note(summary)
+    summary.interval_note = interval_note(summary)
     assert summary["interval_note"] == "95 % intervals across 3 launches per mode: launch means are the units."
     fig = speedup_figure(summary)
     try:

@@ -330,19 +330,32 @@ def _frame(rate_points: bool):
 
 
 def _summary(runs):
-    """The comparison add_load runs on (lab.analysis.comparison.summarize: means and intervals)."""
+    """The comparison load_part runs on (lab.analysis.comparison.summarize: means and intervals)."""
     from lab.analysis.comparison import summarize
 
     return summarize({m: {} for m in ("baseline", "eagle3_decode")}, runs, "baseline")
 
 
+def _add_load(summary, runs, results, baseline):
+    """What the compare stage does with load_part: merge its point columns, set its load part."""
+    from lab.analysis.load import load_part
+
+    part = load_part(summary, runs, results, baseline)
+    summary.merge(part.points)
+    summary.load = part.load
+    return part.flat, part.pareto
+
+
 def test_add_load_goodput_sentence_and_pareto_rows():
-    from lab.analysis.load import add_load
+    from lab.analysis.load import load_part
 
     runs = _frame(rate_points=True)
     summary = _summary(runs)
     results = {m: {"load": {"slo": SLO, "burstiness": 1.0}} for m in ("baseline", "eagle3_decode")}
-    flat, pareto = add_load(summary, runs, results, "baseline")
+    part = load_part(summary, runs, results, "baseline")
+    assert "speedup_goodput_req_s" not in summary.modes["eagle3_decode"]["r4"]  # a part: the comparison is untouched
+    flat, pareto = _add_load(summary, runs, results, "baseline")
+    assert (flat, pareto) == (part.flat, part.pareto)
     e = summary["modes"]["eagle3_decode"]["r4"]
     assert e["goodput_req_s"]["mean"] == pytest.approx(4.0) and e["speedup_goodput_req_s"]["paired"]
     # per repeat 1, 1, 4/3.5: the paired geometric mean, its interval includes 1 -> a tie
@@ -369,9 +382,9 @@ def test_add_load_goodput_sentence_and_pareto_rows():
     # no rate point measured: goodput per point still, but no sentence
     closed = _frame(rate_points=False)
     s2 = _summary(closed)
-    add_load(s2, closed, results, "baseline")
+    _add_load(s2, closed, results, "baseline")
     assert s2["load"]["sentences"] == {} and "goodput_req_s" in s2["modes"]["eagle3_decode"]["c1"]
     # results from before open-loop load: nothing added
     s3 = _summary(closed)
-    assert add_load(s3, closed.drop(columns=["goodput_req_s"]), {"baseline": {}}, "baseline") == ({}, None)
+    assert _add_load(s3, closed.drop(columns=["goodput_req_s"]), {"baseline": {}}, "baseline") == ({}, None)
     assert s3["load"] is None

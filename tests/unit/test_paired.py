@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lab.analysis.paired import add_paired, load_request_speeds, paired_speedup
+from lab.analysis.paired import load_request_speeds, paired_part, paired_speedup
 from shared import markdown_rows
 
 
@@ -108,7 +108,9 @@ def test_summary_rows_markdown_and_flat_metrics_carry_the_paired_speedup(tmp_pat
         *({"mode": "base", "point": "c1", "concurrency": 1, "decode_tok_s": v} for v in (80.0, 82.0, 84.0)),
         *({"mode": "spec", "point": "c1", "concurrency": 1, "decode_tok_s": v} for v in (99.0, 103.0, 104.0))])
     summary = summarize({"base": {}, "spec": {}}, runs, "base")
-    add_paired(summary, tmp_path, "base")
+    part = paired_part(summary.modes, tmp_path, "base")
+    assert set(part) == {("spec", "c1")} and "paired_speedup_decode_tok_s" not in summary.modes["spec"]["c1"]  # a part
+    summary.merge(part)
     entry = summary["modes"]["spec"]["c1"]["paired_speedup_decode_tok_s"]
     assert entry["ratio"] == pytest.approx(1.25, rel=0.01) and entry["n_prompts"] == 8
     assert "paired_speedup_decode_tok_s" not in summary["modes"]["base"]["c1"]

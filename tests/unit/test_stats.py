@@ -231,3 +231,34 @@ def test_resolution_must_be_a_non_negative_number():
         resolution_var(-0.1)
     with pytest.raises(ValueError, match="rel_resolution"):
         ratio_ci([1.0, 2.0], [1.0, 2.0], rel_resolution=float("nan"))
+
+
+def test_group_estimates_groups_in_row_order_splits_launches_and_keeps_values_as_given():
+    """The one grouping and estimation (lab.analysis.estimates.group_estimates): groups keyed by the
+    ``by`` values in the order their first row comes, the catalog's rule per metric, launch means as
+    units with two launches, None / NaN / missing values left out, kept values as given (an int stays
+    an int, as result.json's levels hold them)."""
+    from lab.analysis import launches as lz
+    from lab.analysis.estimates import WITHIN_ONE_LAUNCH, group_estimates
+
+    rows = [{"mode": "b", "point": "c1", "launch": 2, "decode_tok_s": 60.0, "crosscheck_disagreements": 1},
+            {"mode": "a", "point": "c1", "launch": 1, "decode_tok_s": 1.0, "crosscheck_disagreements": 0},
+            {"mode": "a", "point": "c1", "launch": 1, "decode_tok_s": 50.0},
+            {"mode": "a", "point": "c1", "launch": 1, "decode_tok_s": 100.0, "crosscheck_disagreements": None},
+            {"mode": "b", "point": "c1", "launch": 1, "decode_tok_s": 90.0, "crosscheck_disagreements": 0},
+            {"mode": "b", "point": "c1", "launch": 1, "decode_tok_s": float("nan")},
+            {"mode": "b", "point": "c1", "launch": 1, "decode_tok_s": 92.0}]
+    got = group_estimates(rows, by=("mode", "point"), metrics=["decode_tok_s", "crosscheck_disagreements", "verify_ms"])
+    assert list(got) == [("b", "c1"), ("a", "c1")]
+    a, b = got[("a", "c1")], got[("b", "c1")]
+    assert "verify_ms" not in a  # no value: no estimate
+    assert (a["decode_tok_s"].mean, a["decode_tok_s"].ci95_lo) == pytest.approx((np.mean([1, 50, 100]), 0.0))  # never < 0
+    assert a["decode_tok_s"].scope == WITHIN_ONE_LAUNCH
+    # two launches: the launch means (91, 60) are the units, launch 1 first whatever the row order
+    assert b["decode_tok_s"] == lz.mean_estimate("decode_tok_s", [[90.0, 92.0], [60.0]])
+    assert b["decode_tok_s"].mean == pytest.approx(75.5) and b["decode_tok_s"].scope == "across 2 launches"
+    assert a["crosscheck_disagreements"].ci95_lo == 0.0  # a count: the exact Poisson interval
+    flat = group_estimates(rows[1:4], by=(), metrics=["crosscheck_disagreements"], launch=None, keep_values=True)
+    est = flat[()]["crosscheck_disagreements"]
+    assert est.values == [0] and isinstance(est.values[0], int) and est.scope is None
+    assert est.to_dict() == {"mean": 0.0, "ci95_lo": 0.0, "ci95_hi": est.ci95_hi, "values": [0]}
