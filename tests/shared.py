@@ -160,3 +160,18 @@ def source_tree(path: Path) -> ast.Module:
     """``ast.parse`` of a Python source file, parsed once per test run: the layout, DVC-deps and
     bad-input checks each walk every module of lab/ (0.6 s a full parse). Callers only read it."""
     return ast.parse(Path(path).read_text(), filename=str(path))
+
+
+@functools.cache
+def load_script(path: Path):
+    """A file under ``scripts/`` or ``benchmarks/`` imported as a module, once per test run
+    (by path: those folders are not packages). Callers only read it.
+
+    :raises FileNotFoundError: no such file.
+    """
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -8,7 +8,6 @@ terms are what ``scripts/context_profiles.py`` writes, and that the benchmark pa
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -18,6 +17,8 @@ from lab.calibrate import model
 from lab.calibrate.fit import calibrate
 from lab.emulator.profile import load_profile
 
+from shared import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 CTX = ROOT / "tests" / "fixtures" / "sglang-0.5.16" / "kshard-context"
 SHORT = ROOT / "tests" / "fixtures" / "sglang-0.5.16" / "tiny"
@@ -25,10 +26,7 @@ MODES = ("baseline", "eagle3_prefill", "eagle3_decode")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("context_profiles", ROOT / "scripts" / "context_profiles.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "scripts" / "context_profiles.py")
 
 
 def test_spans_context_rule():

@@ -7,18 +7,16 @@ counted by the walk that also follows ``Class.method(...)`` calls and every engi
 
 from __future__ import annotations
 
-import importlib.util
 import textwrap
 from pathlib import Path
+
+from shared import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _walk_module():
-    spec = importlib.util.spec_from_file_location("params_walk", ROOT / "scripts" / "params_walk.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "scripts" / "params_walk.py")
 
 
 def test_run_mode_hands_down_sections_not_the_whole_params():
